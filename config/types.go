@@ -1,0 +1,97 @@
+package config
+
+import "time"
+
+// Config is the whole parsed and validated configuration. Other packages
+// receive the plain structs below; only this package reads YAML.
+type Config struct {
+	Listen                 string        // listen: client-facing address (default 127.0.0.1:6432)
+	AdminListen            string        // admin_listen: /metrics, /up, /health/ready, /debug/* (default 127.0.0.1:9930; "" disables)
+	AuthMethod             string        // auth_method: scram-sha-256 | md5 | trust (default scram-sha-256)
+	InstanceID             string        // instance_id: default hostname + "-" + pid
+	LeakCheckInterval      time.Duration // leak_check_interval (default 10s; 0 disables the sweep)
+	ShutdownTimeout        time.Duration // shutdown_timeout: how long SIGTERM waits for running transactions (default 30s)
+	ClientLoginTimeout     time.Duration // client_login_timeout: startup + auth must finish within this (default 15s)
+	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (default 0 = off)
+	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01 (default 64 MiB)
+	TLS                    *TLS          // tls: nil when not configured
+	Server                 Server
+	Users                  []User
+	Applications           []Application
+	Leases                 Leases
+
+	// Path is the file the config was read from ("" when parsed from bytes).
+	Path string
+}
+
+// TLS is the client-facing TLS configuration.
+type TLS struct {
+	CertFile string // cert_file
+	KeyFile  string // key_file
+}
+
+// Server describes the PostgreSQL server behind the proxy.
+type Server struct {
+	Host           string        // host (default 127.0.0.1); a path starting with / is a Unix socket directory
+	Port           int           // port (default 5432)
+	MaxConnections int           // max_connections: instance cap over all applications (default 20)
+	IdleTimeout    time.Duration // idle_timeout: idle server connections are closed after this (default 60s)
+	MaxLifetime    time.Duration // max_lifetime: server connections are closed at their next release after this (default 1h)
+	ConnectTimeout time.Duration // connect_timeout: dialing + server login (default 5s)
+}
+
+// User is a login role: clients authenticate against Password and the proxy
+// logs in to the server with the same name and password.
+type User struct {
+	Name     string // name
+	Password string // password (after ${VAR} expansion)
+}
+
+// Application is a connection budget matched by user (and optionally database).
+type Application struct {
+	Name                  string        // name
+	User                  string        // user: must name an entry of users
+	Database              string        // database: "" matches any database
+	PoolMode              string        // pool_mode: transaction | session (default transaction)
+	MaxConnections        int           // max_connections (default 4)
+	MaxPinned             int           // max_pinned (default 1; must be < MaxConnections)
+	AdvisoryLocks         string        // advisory_locks: pin | reject | allow (default pin)
+	SessionState          string        // session_state: pin | reject | allow (default pin)
+	WaitTimeout           time.Duration // wait_timeout (default 5s)
+	MaxPreparedStatements int           // max_prepared_statements: per server connection (default 200)
+}
+
+// Leases configures the lease store.
+type Leases struct {
+	Schema         string // schema (default lockpool)
+	MaxConnections int    // max_connections: lockpool's own lease connections, all databases together (default 2)
+}
+
+// Match returns the application a client logging in as user to database
+// belongs to: the first entry with that user and that database, else the
+// first with that user and no database. ok is false when none matches.
+func (c *Config) Match(user, database string) (app *Application, ok bool) {
+	for i := range c.Applications {
+		a := &c.Applications[i]
+		if a.User == user && a.Database == database {
+			return a, true
+		}
+	}
+	for i := range c.Applications {
+		a := &c.Applications[i]
+		if a.User == user && a.Database == "" {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+// UserByName returns the configured user with that name.
+func (c *Config) UserByName(name string) (*User, bool) {
+	for i := range c.Users {
+		if c.Users[i].Name == name {
+			return &c.Users[i], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,56 @@
+// Package lease is lockpool's lease store: the table behind lease_acquire,
+// lease_renew, lease_release, lease_list and lease_fence.
+//
+// # What it owns
+//
+//   - The schema (Options.Schema, default "lockpool") in every database that
+//     uses leases: a NO CYCLE bigint sequence <schema>.lease_token_seq, the
+//     LOGGED table <schema>.leases and the SQL function
+//     <schema>.lease_fence(p_name text, p_token bigint). They are created at
+//     first use per database, idempotently, in one transaction under
+//     pg_advisory_xact_lock(MigrationLockKey). A role that may not create them
+//     gets an *Error with SQLSTATE 42501 whose message contains the one-time
+//     SQL an administrator can run (MigrationSQL and GrantSQL).
+//   - Its own connections: at most Options.MaxConnections (default 2) across
+//     all databases, opened with Options.ConnConfig, autocommit, READ
+//     COMMITTED, lock_timeout 300ms and statement_timeout 30s (so a lease
+//     connection is never parked behind a client's open transaction), plus
+//     one LISTEN connection per database that has had a waiting acquire.
+//     Never a connection of an application's pool.
+//   - The keeper: one goroutine per Store renews every held lease every
+//     ttl/4, batching all due leases of a database in one UPDATE. A renewal
+//     that finds the lease gone marks it lost: Renew then returns false,
+//     TakeWarnings returns a warning, and
+//     lockpool_lease_operations_total{op="keeper_renew",result="lost"} counts it.
+//
+// # Time
+//
+// Only the server's clock decides expiry: every comparison is done in SQL
+// with now() / clock_timestamp(). The proxy's clock only measures how long to
+// sleep (the server tells a waiter how long the current holder has left).
+//
+// # Tokens
+//
+// A token is taken from the sequence while the lease row is locked (inside
+// ON CONFLICT DO UPDATE), so tokens are strictly increasing in grant order. To
+// keep that true, a release does not DELETE the row: it marks it free
+// (expires_at = now()) and the next acquire takes it over through ON CONFLICT.
+// Rows that have been free for more than an hour are deleted by the keeper.
+// (A DELETE would let an INSERT whose nextval was evaluated before an earlier
+// grant land after it, with a smaller token.)
+//
+// # Fencing
+//
+// <schema>.lease_fence(name, token) runs in the client's own transaction. It
+// returns the token when that token holds the lease at that moment
+// (clock_timestamp(), not the transaction start) and takes a FOR SHARE lock on
+// the lease row, so no takeover (and no renewal or release) can commit until
+// the client's transaction ends. Otherwise it raises SQLSTATE LP001
+// (FenceSQLState) with the message `lockpool: lease "<name>" is not held by
+// token <n>`. The function is SECURITY DEFINER with a fixed search_path, so a
+// client role needs no privilege on the table. It cannot be used in a READ
+// ONLY transaction or on a standby (FOR SHARE needs a writable transaction).
+//
+// Lease calls are not transactional: ROLLBACK does not undo an acquire,
+// renew or release.
+package lease

@@ -1,0 +1,177 @@
+package policy
+
+import "fmt"
+
+// Mode is an application's policy for one kind of session-bound state.
+type Mode uint8
+
+// The policies of DESIGN.md: advisory_locks and session_state take one each.
+const (
+	Pin Mode = iota
+	Reject
+	Allow
+)
+
+// ParseMode maps a config value to a Mode.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "pin", "":
+		return Pin, nil
+	case "reject":
+		return Reject, nil
+	case "allow":
+		return Allow, nil
+	}
+	return Pin, fmt.Errorf("policy: unknown mode %q (want pin, reject or allow)", s)
+}
+
+// String returns the config spelling of m.
+func (m Mode) String() string {
+	switch m {
+	case Reject:
+		return "reject"
+	case Allow:
+		return "allow"
+	}
+	return "pin"
+}
+
+// Input is everything Decide looks at.
+type Input struct {
+	App           string // application name, for messages
+	AdvisoryLocks Mode   // the application's advisory_locks policy
+	SessionState  Mode   // the application's session_state policy
+	SessionPool   bool   // pool_mode session: the connection is the client's anyway
+
+	// SessionAcquire: the statement calls a session-level advisory acquire
+	// (lock or try-lock, shared or not). AcquireFunc names the first one.
+	SessionAcquire bool
+	AcquireFunc    string
+	// Advisory: the statement calls any advisory function (unlocks included).
+	Advisory bool
+	// State: the statement creates session state that cannot follow the
+	// client to another server connection (LISTEN, temp table, WITH HOLD
+	// cursor, SQL PREPARE, SET ROLE, LOAD). StateKind names it.
+	State     bool
+	StateKind string
+	// StateEnd: the statement may end such state (UNLISTEN, DISCARD,
+	// DEALLOCATE, CLOSE, DROP TABLE, RESET ROLE, unlocks).
+	StateEnd bool
+
+	Pinned bool // the session is pinned already
+}
+
+// Action is what the proxy does with the statement.
+type Action uint8
+
+const (
+	// Forward sends the statement on the session's connection as usual.
+	Forward Action = iota
+	// PinFirst takes a pin slot (waiting up to wait_timeout, holding no
+	// server connection when outside a transaction), then forwards, then
+	// probes the server once the transaction is idle: the session stays
+	// pinned only while the probe finds something held.
+	PinFirst
+	// Probe forwards, then probes once the transaction is idle (unlocks and
+	// other statements that may end what keeps a session pinned).
+	Probe
+	// Refuse answers the statement with Decision.Err; the proxy makes sure
+	// the client's and the server's transaction states agree afterwards.
+	Refuse
+)
+
+// Error is an error the proxy sends to the client.
+type Error struct {
+	Code    string // SQLSTATE
+	Message string // starts with "lockpool: "
+	Hint    string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Decision is Decide's answer.
+type Decision struct {
+	Action Action
+	Err    *Error // set for Refuse
+	// Reason is what the pin is for ("advisory_lock" or the state kind),
+	// for metrics labels.
+	Reason string
+}
+
+// Decide returns what to do with one statement.
+func Decide(in Input) Decision {
+	if in.SessionPool {
+		return Decision{Action: Forward}
+	}
+	if in.SessionAcquire {
+		switch in.AdvisoryLocks {
+		case Reject:
+			return Decision{Action: Refuse, Err: RejectAdvisory(in.App, in.AcquireFunc)}
+		case Pin:
+			if in.Pinned {
+				return Decision{Action: Probe, Reason: "advisory_lock"}
+			}
+			return Decision{Action: PinFirst, Reason: "advisory_lock"}
+		}
+	}
+	if in.State {
+		switch in.SessionState {
+		case Reject:
+			return Decision{Action: Refuse, Err: RejectState(in.App, in.StateKind)}
+		case Pin:
+			if in.Pinned {
+				return Decision{Action: Probe, Reason: in.StateKind}
+			}
+			return Decision{Action: PinFirst, Reason: in.StateKind}
+		}
+	}
+	if in.Advisory && in.AdvisoryLocks == Pin {
+		// Unlocks, and transaction-level locks (which need no pin but
+		// may be combined with unlocks): check afterwards.
+		return Decision{Action: Probe, Reason: "advisory_lock"}
+	}
+	if in.StateEnd && in.Pinned {
+		return Decision{Action: Probe}
+	}
+	return Decision{Action: Forward}
+}
+
+// RejectAdvisory is the 0A000 error for a session-level advisory lock under
+// advisory_locks: reject.
+func RejectAdvisory(app, fn string) *Error {
+	if fn == "" {
+		fn = "session-level advisory lock"
+	}
+	return &Error{
+		Code:    "0A000",
+		Message: fmt.Sprintf("lockpool: %s is not allowed for application %q: a session-level advisory lock would outlive its transaction on a pooled connection", fn, app),
+		Hint:    "Use pg_advisory_xact_lock inside a transaction, or SELECT lease_acquire('name', ttl_seconds) for a lock that holds no connection.",
+	}
+}
+
+// RejectState is the 0A000 error for session state under session_state: reject.
+func RejectState(app, kind string) *Error {
+	return &Error{
+		Code:    "0A000",
+		Message: fmt.Sprintf("lockpool: %s is not allowed for application %q: session state cannot follow a client across pooled connections", kind, app),
+		Hint:    "Keep the state inside one transaction (SET LOCAL, ON COMMIT DROP temp tables, cursors without HOLD), or set session_state: pin for this application.",
+	}
+}
+
+// PinTimeout is the 53300 error for a pin slot not free within wait_timeout.
+func PinTimeout(app string, maxPinned int, wait string) *Error {
+	return &Error{
+		Code:    "53300",
+		Message: fmt.Sprintf("lockpool: no pin slot free for application %q within %s (max_pinned %d)", app, wait, maxPinned),
+		Hint:    "Other sessions of this application hold session-level advisory locks or session state. Release them sooner, use pg_advisory_xact_lock or lease_acquire, or raise max_pinned.",
+	}
+}
+
+// PoolTimeout is the 53300 error for no server connection within wait_timeout.
+func PoolTimeout(app string, maxConns int, wait string) *Error {
+	return &Error{
+		Code:    "53300",
+		Message: fmt.Sprintf("lockpool: no server connection free for application %q within %s (max_connections %d)", app, wait, maxConns),
+		Hint:    "All of this application's server connections are busy. Retry, shorten transactions, or raise the application's max_connections.",
+	}
+}

@@ -1,0 +1,130 @@
+package pool
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"os"
+	"time"
+
+	"github.com/lockpool/lockpool/config"
+)
+
+// readerSize is the size of the bufio.Reader every Conn gets on its socket.
+const readerSize = 16 << 10
+
+// livenessAfter is how long a connection must have been idle before it is
+// checked (non-blocking) when handed out.
+const livenessAfter = time.Second
+
+// terminateTimeout bounds the write of the Terminate message when a
+// connection is closed at a safe point.
+const terminateTimeout = time.Second
+
+// Conn is one server connection, logged in and idle at the protocol level
+// when handed out (ReadyForQuery 'I' already consumed).
+type Conn struct {
+	Net           net.Conn          // raw socket (after login, TLS if negotiated); the proxy reads/writes it directly
+	Reader        *bufio.Reader     // 16 KiB reader on Net owned by this conn; all server messages are read through it
+	PID           uint32            // backend process id
+	SecretKey     []byte            // cancel key from BackendKeyData
+	App           string            // application name
+	Database      string            // database the connection is logged in to
+	User          string            // role the connection is logged in as
+	StartupParams map[string]string // ParameterStatus at login (read-only, may be shared)
+	Params        map[string]string // current values; the proxy updates it
+	LastClient    string            // set by the proxy for attribution
+	Broken        bool              // set by the proxy on I/O error: Release then destroys
+	Prepared      map[string]struct{}
+	// Aux is the proxy's own bookkeeping for this connection (parameter
+	// values, prepared statements); the pool never looks at it.
+	Aux any
+
+	pool      *appPool
+	state     connState
+	created   time.Time
+	idleSince time.Time
+	gen       uint64        // appPool.gen at dial time (login credentials)
+	srvGen    uint64        // Manager.srvGen at dial time (server address)
+	srv       config.Server // the server it was dialed to (for Cancel)
+	// keepInstSlot: closing this conn frees its application slot only; its
+	// instance slot was handed to another application's dial.
+	keepInstSlot bool
+}
+
+type connState uint8
+
+const (
+	stateNew      connState = iota // returned by Dial, not yet registered
+	stateIdle                      // in an idle stack
+	stateInUse                     // handed out to a holder (or to a waiter in flight)
+	stateChecking                  // taken out of idle by SweepIdle
+	stateClosing                   // removed, socket being closed, still counted
+	stateClosed                    // gone (or its slot was transferred to a dialer)
+)
+
+func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReaderSize(nc, readerSize) }
+
+var terminateMsg = []byte{'X', 0, 0, 0, 4}
+
+// closeSocket closes the socket. graceful sends Terminate first (only at a
+// safe point: the server is waiting for a new message).
+func (c *Conn) closeSocket(graceful bool) {
+	if c.Net == nil {
+		return
+	}
+	if graceful {
+		_ = c.Net.SetWriteDeadline(time.Now().Add(terminateTimeout))
+		_, _ = c.Net.Write(terminateMsg)
+	}
+	_ = c.Net.Close()
+}
+
+// alive reports whether an idle connection still looks usable: no byte is
+// waiting to be read (an idle server sends nothing; a FATAL before a restart
+// or an EOF means it is gone) and the socket is not closed. It never blocks
+// for long: on sockets it peeks with MSG_DONTWAIT; on other net.Conns it
+// reads with a 1 ms deadline.
+//
+// Note: SetReadDeadline(time.Now()) followed by a Read does NOT work for
+// this on TCP: the runtime returns the timeout before trying the read
+// syscall when the deadline has already passed, so a closed peer looks
+// alive. Hence the peek.
+func (c *Conn) alive() bool {
+	if c.Reader != nil && c.Reader.Buffered() > 0 {
+		return false
+	}
+	// A deadline left in the past would make the peek fail without looking.
+	if err := c.Net.SetReadDeadline(time.Time{}); err != nil {
+		return false
+	}
+	if ok, handled := peekAlive(c.Net); handled {
+		return ok
+	}
+	return deadlineAlive(c)
+}
+
+// deadlineAlive is the portable fallback: a bufio Peek with a 1 ms
+// deadline. A timeout means alive. bufio.Reader.Peek returns and clears the
+// error (readErr), so the reader stays usable afterwards.
+func deadlineAlive(c *Conn) bool {
+	if err := c.Net.SetReadDeadline(time.Now().Add(time.Millisecond)); err != nil {
+		return false
+	}
+	_, err := c.Reader.Peek(1)
+	if rerr := c.Net.SetReadDeadline(time.Time{}); rerr != nil {
+		return false
+	}
+	if err == nil {
+		return false // unexpected data from an idle server
+	}
+	return isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

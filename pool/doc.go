@@ -1,0 +1,59 @@
+// Package pool owns lockpool's server connections, per application.
+//
+// A Manager keeps, for every configured application, the PostgreSQL server
+// connections that application may use: the idle set, the budget
+// (max_connections of the application), the instance cap (server.max_connections
+// over all applications), a FIFO wait queue with a timeout, the pin slots
+// (max_pinned), the idle timeout, the maximum lifetime, liveness checks of
+// idle connections and the eviction of idle connections when another
+// application or database needs the room. It does not speak the relay
+// protocol: the proxy reads and writes Conn.Net / Conn.Reader itself.
+//
+// # Ownership
+//
+// A *Conn handed out by Acquire belongs to exactly one holder until that
+// holder gives it back with Release (only at a safe point: ReadyForQuery 'I',
+// every Sync answered, no COPY open, no session state left behind) or with
+// Destroy (any other moment, or after an I/O error). After either call the
+// holder must not touch the Conn again. Idle connections belong to the
+// Manager; nobody else reads or writes them.
+//
+// # Invariants
+//
+//   - An application never has more than its MaxConnections server
+//     connections open (idle + in use + being dialed + being closed). A
+//     connection is counted from the moment its slot is reserved (before
+//     dialing) until its socket has been closed, so the server never sees
+//     more than the budget even for a moment.
+//   - The instance never has more than server.max_connections connections
+//     opened by its pools.
+//   - A connection is handed to exactly one holder at a time.
+//   - Waiters of one application are served in FIFO order; a slot freed at
+//     the instance level goes to the oldest waiter, across applications, that
+//     is below its application's budget.
+//   - Release is only called at a safe point; Destroy otherwise.
+//   - The manager's single mutex is never held while dialing, closing a
+//     socket or doing any other I/O.
+//
+// When budgets shrink (Reconfigure) the invariants hold again once the excess
+// in-use connections are released: idle excess is closed at once, in-use
+// excess at its Release.
+//
+// # Metrics
+//
+// When Options.Registerer is non-nil the Manager registers
+//
+//   - lockpool_server_connections{app,state} (gauge, state idle|active; read
+//     under the lock at scrape time, so Acquire/Release pay nothing for it;
+//     active = open - idle, i.e. in use, being dialed, checked or closed),
+//   - lockpool_pool_wait_seconds{app} (histogram of the time each Acquire
+//     spent queued behind other clients; observed for every Acquire that
+//     reaches the queue decision, 0 when it did not have to wait, so the
+//     _count is the number of acquires and the low bucket the share served
+//     at once; dial time is not included),
+//   - lockpool_pin_waits_total{app,outcome} (counter, outcome
+//     immediate|waited|timeout|canceled).
+//
+// Per-application metric children are looked up once, when the application
+// is added, never on the hot path.
+package pool

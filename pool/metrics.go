@@ -1,0 +1,109 @@
+package pool
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type pinOutcome int
+
+const (
+	pinImmediate pinOutcome = iota
+	pinWaited
+	pinTimeout
+	pinCanceled
+	numPinOutcomes
+)
+
+var pinOutcomeNames = [numPinOutcomes]string{"immediate", "waited", "timeout", "canceled"}
+
+// waitBuckets cover an immediate grant (first bucket) up to long waits.
+var waitBuckets = []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+type metrics struct {
+	wait *prometheus.HistogramVec
+	pins *prometheus.CounterVec
+}
+
+// appMetrics holds one application's precomputed children; the zero value
+// (no registerer) does nothing.
+type appMetrics struct {
+	wait prometheus.Observer
+	pins [numPinOutcomes]prometheus.Counter
+}
+
+func (am *appMetrics) observeWait(d time.Duration) {
+	if am.wait != nil {
+		am.wait.Observe(d.Seconds())
+	}
+}
+
+func (am *appMetrics) pinOutcome(o pinOutcome) {
+	if c := am.pins[o]; c != nil {
+		c.Inc()
+	}
+}
+
+func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
+	mt := &metrics{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockpool_pool_wait_seconds",
+			Help:    "Time an Acquire spent queued for a server connection (0 when served at once).",
+			Buckets: waitBuckets,
+		}, []string{"app"}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockpool_pin_waits_total",
+			Help: "Pin slot requests by outcome: immediate, waited, timeout, canceled.",
+		}, []string{"app", "outcome"}),
+	}
+	cs := []prometheus.Collector{mt.wait, mt.pins, &connCollector{m: m}}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, r := range cs[:i] {
+				reg.Unregister(r)
+			}
+			return nil, errors.Join(errors.New("pool: registering metrics"), err)
+		}
+	}
+	return mt, nil
+}
+
+func (mt *metrics) forApp(app string) appMetrics {
+	am := appMetrics{wait: mt.wait.WithLabelValues(app)}
+	for i := range am.pins {
+		am.pins[i] = mt.pins.WithLabelValues(app, pinOutcomeNames[i])
+	}
+	return am
+}
+
+var connDesc = prometheus.NewDesc("lockpool_server_connections",
+	"Server connections opened by the pools, by application and state (idle|active; active = open - idle).",
+	[]string{"app", "state"}, nil)
+
+// connCollector reads the counts under the manager's lock at scrape time.
+type connCollector struct{ m *Manager }
+
+func (cc *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- connDesc }
+
+func (cc *connCollector) Collect(ch chan<- prometheus.Metric) {
+	type row struct {
+		app          string
+		idle, active int
+	}
+	m := cc.m
+	m.mu.Lock()
+	rows := make([]row, 0, len(m.appList))
+	for _, a := range m.appList {
+		if a.removed && a.open == 0 {
+			continue
+		}
+		rows = append(rows, row{a.name, a.idleN, a.open - a.idleN})
+	}
+	m.mu.Unlock()
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(r.idle), r.app, "idle")
+		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(r.active), r.app, "active")
+	}
+}

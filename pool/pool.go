@@ -1,0 +1,1150 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockpool/lockpool/config"
+)
+
+// Errors returned by the Manager. Acquire and AcquirePin wrap them; test
+// with errors.Is.
+var (
+	ErrWaitTimeout = errors.New("pool: no server connection available within wait_timeout")
+	ErrPinTimeout  = errors.New("pool: no pin slot available within wait_timeout")
+	ErrClosed      = errors.New("pool: closed")
+	ErrUnknownApp  = errors.New("pool: unknown application")
+)
+
+// AppConfig is what the pool needs to know about one application.
+type AppConfig struct {
+	Name           string
+	User, Password string // server login (password may be "" for trust servers)
+	MaxConnections int
+	MaxPinned      int
+	WaitTimeout    time.Duration // <= 0: wait only as long as the context allows
+}
+
+// Options configure a Manager.
+type Options struct {
+	Server     config.Server
+	Apps       []AppConfig
+	Logger     *slog.Logger          // nil: discard
+	Registerer prometheus.Registerer // nil: no metrics registered
+	// Dial overrides how a server connection is made (tests); nil uses pgconn.
+	// The returned Conn needs Net (and PID/SecretKey/StartupParams as
+	// available); Reader, App, Database, User and Params are filled in when
+	// left empty.
+	Dial func(ctx context.Context, app AppConfig, database string) (*Conn, error)
+
+	// unexported knobs for tests
+	now             func() time.Time
+	janitorInterval time.Duration
+}
+
+// ClosedInfo describes a connection closed by SweepIdle.
+type ClosedInfo struct {
+	App, Database, LastClient string
+	PID                       uint32
+}
+
+// Stats is a snapshot of one application's pool.
+type Stats struct {
+	Open       int // idle + in use + dialing + being checked/closed
+	Idle       int
+	InUse      int // handed out to holders
+	Waiting    int // Acquire calls queued
+	Pinned     int // pin slots held
+	PinWaiting int // AcquirePin calls queued
+	Dialing    int // slots reserved by dials in progress (part of Open)
+}
+
+type paramsKey struct{ database, user string }
+
+// Manager owns the server connections of all applications.
+type Manager struct {
+	mu       sync.Mutex
+	server   config.Server
+	srvGen   uint64
+	apps     map[string]*appPool
+	appList  []*appPool // every appPool ever created (removed ones stay, drained)
+	open     int        // instance-wide open count (same accounting as appPool.open)
+	waiting  int        // queued Acquire waiters over all apps
+	seq      uint64     // waiter age
+	closed   bool
+	params   map[paramsKey]map[string]string
+	headsBuf []*waiter
+
+	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
+	log     *slog.Logger
+	metrics *metrics
+	now     func() time.Time
+
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
+	closeOnce   sync.Once
+}
+
+type appPool struct {
+	name    string
+	cfg     AppConfig
+	gen     uint64 // bumped when the login (user/password) changes
+	removed bool
+
+	open     int // idle + inUse + dialing + checking + closing
+	idleN    int
+	inUse    int
+	dialing  int
+	checking int
+	closing  int
+	idle     map[string]*idleStack // by database; most recently used on top
+
+	waiters    waitQueue
+	pinHeld    int
+	pinWaiters waitQueue
+
+	am appMetrics
+}
+
+type idleStack struct{ conns []*Conn }
+
+// grant is what a waiter receives.
+type grant struct {
+	c      *Conn // a conn handed over (state in use, counted in inUse)
+	dial   bool  // a slot was reserved for this waiter (counted in open and dialing)
+	victim *Conn // with dial: a conn to close before dialing (its slot is the reserved one)
+	// victimCounted: the victim belongs to another application and stays
+	// counted there (stateClosing) until closed; its instance slot moves
+	// to the dialer. Otherwise the victim's slot was transferred whole.
+	victimCounted bool
+	err           error
+}
+
+type waiter struct {
+	seq        uint64
+	app        *appPool
+	db         string
+	ch         chan grant // buffered 1; sent under the lock when dequeued
+	prev, next *waiter
+	queued     bool
+}
+
+type waitQueue struct {
+	head, tail *waiter
+	n          int
+}
+
+func (q *waitQueue) push(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+	w.queued = true
+	q.n++
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	w.queued = false
+	q.n--
+}
+
+// New creates a Manager and starts its janitor. Close stops it.
+func New(opts Options) (*Manager, error) {
+	if err := checkServer(opts.Server); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		server:      opts.Server,
+		apps:        make(map[string]*appPool, len(opts.Apps)),
+		params:      make(map[paramsKey]map[string]string),
+		log:         opts.Logger,
+		now:         opts.now,
+		stopJanitor: make(chan struct{}),
+		janitorDone: make(chan struct{}),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if opts.Dial != nil {
+		d := opts.Dial
+		m.dial = func(ctx context.Context, _ config.Server, app AppConfig, database string) (*Conn, error) {
+			return d(ctx, app, database)
+		}
+	} else {
+		m.dial = pgDial
+	}
+	seen := make(map[string]bool, len(opts.Apps))
+	for _, a := range opts.Apps {
+		if err := checkApp(a); err != nil {
+			return nil, err
+		}
+		if seen[a.Name] {
+			return nil, fmt.Errorf("pool: application %q listed twice", a.Name)
+		}
+		seen[a.Name] = true
+	}
+	if opts.Registerer != nil {
+		mt, err := newMetrics(opts.Registerer, m)
+		if err != nil {
+			return nil, err
+		}
+		m.metrics = mt
+	}
+	for _, a := range opts.Apps {
+		m.addAppLocked(a)
+	}
+	interval := opts.janitorInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	go m.janitor(interval)
+	return m, nil
+}
+
+func checkServer(s config.Server) error {
+	if s.MaxConnections <= 0 {
+		return fmt.Errorf("pool: server max_connections must be positive, got %d", s.MaxConnections)
+	}
+	return nil
+}
+
+func checkApp(a AppConfig) error {
+	if a.Name == "" {
+		return errors.New("pool: application without a name")
+	}
+	if a.MaxConnections <= 0 {
+		return fmt.Errorf("pool: application %q: max_connections must be positive, got %d", a.Name, a.MaxConnections)
+	}
+	if a.MaxPinned < 0 {
+		return fmt.Errorf("pool: application %q: max_pinned must not be negative", a.Name)
+	}
+	return nil
+}
+
+func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
+	a := &appPool{
+		name: cfg.Name,
+		cfg:  cfg,
+		idle: make(map[string]*idleStack),
+	}
+	if m.metrics != nil {
+		a.am = m.metrics.forApp(cfg.Name)
+	}
+	m.apps[cfg.Name] = a
+	m.appList = append(m.appList, a)
+	return a
+}
+
+// ---------------------------------------------------------------- Acquire
+
+// Acquire returns an idle server connection for (app, database) or opens
+// one, waiting FIFO up to the app's WaitTimeout (or ctx). On timeout the
+// error wraps ErrWaitTimeout; on cancellation it wraps ctx.Err(). A dial
+// failure is returned wrapped (a *pgconn.PgError stays reachable with
+// errors.As) and its slot is freed. Dial time is bounded by ctx and
+// server.connect_timeout, not by WaitTimeout.
+func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, error) {
+	var waited time.Duration
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		a := m.apps[app]
+		if a == nil || a.removed {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+		}
+		var g grant
+		ok := false
+		if a.waiters.n == 0 {
+			g, ok = m.tryServeLocked(a, database)
+		}
+		if ok {
+			m.mu.Unlock()
+			a.am.observeWait(waited)
+		} else {
+			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1)}
+			a.waiters.push(w)
+			m.waiting++
+			timeout := a.cfg.WaitTimeout
+			m.mu.Unlock()
+
+			start := time.Now()
+			var err error
+			g, err = m.wait(ctx, w, timeout)
+			waited += time.Since(start)
+			a.am.observeWait(waited)
+			if err != nil {
+				if errors.Is(err, ErrWaitTimeout) {
+					err = fmt.Errorf("%w (application %q, waited %s)", ErrWaitTimeout, app, timeout)
+				}
+				return nil, err
+			}
+		}
+		c, retry, err := m.useGrant(ctx, a, database, g)
+		if retry {
+			continue
+		}
+		return c, err
+	}
+}
+
+func (m *Manager) nextSeq() uint64 {
+	m.seq++
+	return m.seq
+}
+
+// wait blocks until w is granted, ctx ends or the timeout fires. On
+// timeout/cancel the waiter is removed; a grant that raced in is given back.
+func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (grant, error) {
+	var timerC <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timerC = t.C
+	}
+	var err error
+	select {
+	case g := <-w.ch:
+		return g, g.err
+	case <-ctx.Done():
+		err = fmt.Errorf("pool: waiting for a server connection: %w", ctx.Err())
+	case <-timerC:
+		err = ErrWaitTimeout
+	}
+	m.mu.Lock()
+	if w.queued {
+		w.app.waiters.remove(w)
+		m.waiting--
+		m.mu.Unlock()
+		return grant{}, err
+	}
+	m.mu.Unlock()
+	m.giveBack(w.app, <-w.ch) // dequeued under the lock together with the send
+	return grant{}, err
+}
+
+// giveBack returns a grant a waiter no longer wants.
+func (m *Manager) giveBack(a *appPool, g grant) {
+	switch {
+	case g.err != nil:
+	case g.c != nil:
+		m.mu.Lock()
+		a.inUse--
+		toClose := m.putBackLocked(g.c, true)
+		m.mu.Unlock()
+		m.finishClose(toClose, true)
+	case g.dial:
+		m.closeVictim(g)
+		m.mu.Lock()
+		a.dialing--
+		m.unreserveLocked(a)
+		m.mu.Unlock()
+	}
+}
+
+// useGrant turns a grant into a usable conn: checks a handed-over idle conn,
+// or closes the victim and dials. retry asks Acquire to start over (the idle
+// conn was dead).
+func (m *Manager) useGrant(ctx context.Context, a *appPool, database string, g grant) (c *Conn, retry bool, err error) {
+	if g.c != nil {
+		c = g.c
+		if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.alive() {
+			m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
+			m.Destroy(c)
+			return nil, true, nil
+		}
+		c.idleSince = time.Time{}
+		return c, false, nil
+	}
+	m.closeVictim(g)
+	return m.dialReserved(ctx, a, database)
+}
+
+// closeVictim closes the conn evicted for a dial grant, before the dial.
+func (m *Manager) closeVictim(g grant) {
+	switch {
+	case g.victim == nil:
+	case g.victimCounted:
+		m.finishClose([]*Conn{g.victim}, true)
+	default:
+		g.victim.closeSocket(true)
+	}
+}
+
+// tryServeLocked serves (a, database) without waiting if possible: an idle
+// conn of that database, else a free slot, else a slot made by evicting an
+// idle conn (same application other database when the application is full;
+// any application when only the instance is full).
+func (m *Manager) tryServeLocked(a *appPool, database string) (grant, bool) {
+	if c := a.popIdle(database); c != nil {
+		c.state = stateInUse
+		a.inUse++
+		return grant{c: c}, true
+	}
+	appFull := a.open >= a.cfg.MaxConnections
+	instFull := m.open >= m.server.MaxConnections
+	switch {
+	case !appFull && !instFull:
+		a.open++
+		a.dialing++
+		m.open++
+		return grant{dial: true}, true
+	case appFull:
+		// Evict one of our own idle conns (another database): its slot is
+		// both the application's and the instance's.
+		if a.open > a.cfg.MaxConnections || m.open > m.server.MaxConnections || a.idleN == 0 {
+			return grant{}, false
+		}
+		v := a.popOldestIdle()
+		v.state = stateClosed
+		a.dialing++ // slot transferred: open counts unchanged
+		return grant{dial: true, victim: v}, true
+	default:
+		// Application has room, instance is full: evict the least recently
+		// used idle conn anywhere.
+		if m.open > m.server.MaxConnections {
+			return grant{}, false
+		}
+		va := m.oldestIdleAppLocked()
+		if va == nil {
+			return grant{}, false
+		}
+		v := va.popOldestIdle()
+		m.closeConnLocked(v)
+		v.keepInstSlot = true // its instance slot moves to a's dial
+		a.open++
+		a.dialing++
+		return grant{dial: true, victim: v, victimCounted: true}, true
+	}
+}
+
+// dialReserved dials into a slot already counted for a (open, dialing).
+func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string) (*Conn, bool, error) {
+	m.mu.Lock()
+	cfg, srv, gen, srvGen := a.cfg, m.server, a.gen, m.srvGen
+	m.mu.Unlock()
+
+	c, err := m.dial(ctx, srv, cfg, database)
+	if err == nil && (c == nil || c.Net == nil) {
+		err = errors.New("pool: dial returned no connection")
+	}
+	if err != nil {
+		m.mu.Lock()
+		a.dialing--
+		m.unreserveLocked(a)
+		m.mu.Unlock()
+		m.log.Debug("pool: server connection failed", "app", cfg.Name, "database", database, "err", err)
+		return nil, false, fmt.Errorf("pool: connecting for application %q to database %q: %w", cfg.Name, database, err)
+	}
+	if c.Reader == nil {
+		c.Reader = newReader(c.Net)
+	}
+	if c.App == "" {
+		c.App = cfg.Name
+	}
+	if c.Database == "" {
+		c.Database = database
+	}
+	if c.User == "" {
+		c.User = cfg.User
+	}
+	if c.StartupParams == nil {
+		c.StartupParams = map[string]string{}
+	}
+	if c.Params == nil {
+		c.Params = maps.Clone(c.StartupParams)
+	}
+	c.pool = a
+	c.created = m.now()
+	c.gen, c.srvGen, c.srv = gen, srvGen, srv
+
+	m.mu.Lock()
+	a.dialing--
+	if m.closed {
+		a.closing++
+		c.state = stateClosing
+		m.mu.Unlock()
+		m.finishClose([]*Conn{c}, true)
+		return nil, false, ErrClosed
+	}
+	c.state = stateInUse
+	a.inUse++
+	if srvGen == m.srvGen {
+		k := paramsKey{database, c.User}
+		if _, ok := m.params[k]; !ok {
+			m.params[k] = c.StartupParams
+		}
+	}
+	m.mu.Unlock()
+	return c, false, nil
+}
+
+// unreserveLocked frees one counted slot of a (no conn behind it any more)
+// and hands the room to waiters.
+func (m *Manager) unreserveLocked(a *appPool) {
+	a.open--
+	m.open--
+	if m.waiting > 0 {
+		m.dispatchLocked()
+	}
+}
+
+func (a *appPool) popIdle(database string) *Conn {
+	st := a.idle[database]
+	if st == nil || len(st.conns) == 0 {
+		return nil
+	}
+	n := len(st.conns) - 1
+	c := st.conns[n]
+	st.conns[n] = nil
+	st.conns = st.conns[:n]
+	a.idleN--
+	return c
+}
+
+func (a *appPool) pushIdle(c *Conn) {
+	st := a.idle[c.Database]
+	if st == nil {
+		st = &idleStack{}
+		a.idle[c.Database] = st
+	}
+	st.conns = append(st.conns, c)
+	c.state = stateIdle
+	a.idleN++
+}
+
+// oldestIdle returns the stack whose bottom conn has been idle longest.
+func (a *appPool) oldestIdle() (*idleStack, time.Time) {
+	var best *idleStack
+	var since time.Time
+	for _, st := range a.idle {
+		if len(st.conns) == 0 {
+			continue
+		}
+		if t := st.conns[0].idleSince; best == nil || t.Before(since) {
+			best, since = st, t
+		}
+	}
+	return best, since
+}
+
+func (a *appPool) popOldestIdle() *Conn {
+	st, _ := a.oldestIdle()
+	if st == nil {
+		return nil
+	}
+	c := st.conns[0]
+	copy(st.conns, st.conns[1:])
+	st.conns[len(st.conns)-1] = nil
+	st.conns = st.conns[:len(st.conns)-1]
+	a.idleN--
+	return c
+}
+
+// takeAllIdle removes every idle conn of a (oldest first per database).
+func (a *appPool) takeAllIdle() []*Conn {
+	var out []*Conn
+	for _, st := range a.idle {
+		out = append(out, st.conns...)
+		clear(st.conns)
+		st.conns = st.conns[:0]
+	}
+	a.idleN = 0
+	return out
+}
+
+func (m *Manager) oldestIdleAppLocked() *appPool {
+	var best *appPool
+	var since time.Time
+	for _, a := range m.appList {
+		if a.idleN == 0 {
+			continue
+		}
+		if st, t := a.oldestIdle(); st != nil && (best == nil || t.Before(since)) {
+			best, since = a, t
+		}
+	}
+	return best
+}
+
+// dispatchLocked serves queued waiters while any can be served, oldest
+// (across applications) first. Only queue heads are candidates: a blocked
+// head means the rest of its queue is blocked too.
+func (m *Manager) dispatchLocked() {
+	for m.waiting > 0 {
+		heads := m.headsBuf[:0]
+		for _, a := range m.appList {
+			if a.waiters.head != nil {
+				heads = append(heads, a.waiters.head)
+			}
+		}
+		for i := 1; i < len(heads); i++ { // few applications: insertion sort
+			for j := i; j > 0 && heads[j].seq < heads[j-1].seq; j-- {
+				heads[j], heads[j-1] = heads[j-1], heads[j]
+			}
+		}
+		served := false
+		for _, w := range heads {
+			if g, ok := m.tryServeLocked(w.app, w.db); ok {
+				m.grantLocked(w, g)
+				served = true
+				break
+			}
+		}
+		clear(heads)
+		m.headsBuf = heads[:0]
+		if !served {
+			return
+		}
+	}
+}
+
+func (m *Manager) grantLocked(w *waiter, g grant) {
+	w.app.waiters.remove(w)
+	m.waiting--
+	w.ch <- g
+}
+
+// ---------------------------------------------------------------- Release / Destroy
+
+// Release returns c to the idle set, or straight to the first waiter of its
+// application. Conns past MaxLifetime, marked Broken, of a removed or
+// shrunk pool, logged in with outdated credentials, or released after
+// Close are closed instead. Call it only at a safe point; Destroy otherwise.
+func (m *Manager) Release(c *Conn) {
+	m.mu.Lock()
+	if c.state != stateInUse {
+		m.mu.Unlock()
+		m.log.Error("pool: Release of a connection that is not in use", "app", c.App, "pid", c.PID, "state", c.state)
+		return
+	}
+	c.pool.inUse--
+	toClose := m.putBackLocked(c, false)
+	m.mu.Unlock()
+	if toClose != nil {
+		m.finishClose(toClose, !c.Broken)
+	}
+}
+
+// putBackLocked files a conn that left its holder (counts already adjusted,
+// still in a.open). It returns conns to close with finishClose.
+func (m *Manager) putBackLocked(c *Conn, keepIdleSince bool) []*Conn {
+	a := c.pool
+	now := m.now()
+	if c.Broken || m.closed || a.removed || c.gen != a.gen || c.srvGen != m.srvGen ||
+		a.open > a.cfg.MaxConnections || m.open > m.server.MaxConnections ||
+		(m.server.MaxLifetime > 0 && now.Sub(c.created) >= m.server.MaxLifetime) {
+		c.state = stateClosing
+		a.closing++
+		return []*Conn{c}
+	}
+	if w := a.waiters.head; w != nil {
+		if o := m.olderInstanceWaiterLocked(a, w.seq); o != nil {
+			// An older waiter of another application is blocked only by the
+			// instance cap: first come, first served across applications,
+			// so the instance slot goes to it (it dials after closing c).
+			m.closeConnLocked(c)
+			c.keepInstSlot = true
+			o.app.open++
+			o.app.dialing++
+			m.grantLocked(o, grant{dial: true, victim: c, victimCounted: true})
+			return nil
+		}
+		if w.db == c.Database {
+			c.state = stateInUse
+			c.idleSince = time.Time{}
+			a.inUse++
+			m.grantLocked(w, grant{c: c})
+		} else {
+			// The first waiter wants another database: our slot is its slot.
+			c.state = stateClosed
+			a.dialing++
+			m.grantLocked(w, grant{dial: true, victim: c})
+		}
+		return nil
+	}
+	if !keepIdleSince || c.idleSince.IsZero() {
+		c.idleSince = now
+	}
+	a.pushIdle(c)
+	if m.waiting > 0 {
+		m.dispatchLocked() // another application may be waiting for the instance slot
+	}
+	return nil
+}
+
+// olderInstanceWaiterLocked returns the oldest queue head of another
+// application, older than seq, that is below its application's budget (so
+// only the instance cap keeps it waiting).
+func (m *Manager) olderInstanceWaiterLocked(a *appPool, seq uint64) *waiter {
+	var best *waiter
+	for _, o := range m.appList {
+		h := o.waiters.head
+		if o == a || h == nil || h.seq > seq || o.open >= o.cfg.MaxConnections {
+			continue
+		}
+		if best == nil || h.seq < best.seq {
+			best = h
+		}
+	}
+	return best
+}
+
+// finishClose closes the sockets of conns in stateClosing (outside the
+// lock), then frees their slots and serves waiters.
+func (m *Manager) finishClose(conns []*Conn, graceful bool) {
+	if len(conns) == 0 {
+		return
+	}
+	for _, c := range conns {
+		c.closeSocket(graceful)
+	}
+	m.mu.Lock()
+	for _, c := range conns {
+		a := c.pool
+		c.state = stateClosed
+		a.closing--
+		a.open--
+		if c.keepInstSlot {
+			c.keepInstSlot = false // the instance slot went to a dialer
+		} else {
+			m.open--
+		}
+	}
+	if m.waiting > 0 {
+		m.dispatchLocked()
+	}
+	m.mu.Unlock()
+}
+
+// Destroy closes c (no Terminate: it may be mid-protocol) and frees its
+// slot, waking a waiter.
+func (m *Manager) Destroy(c *Conn) {
+	m.mu.Lock()
+	if c.state != stateInUse {
+		m.mu.Unlock()
+		m.log.Error("pool: Destroy of a connection that is not in use", "app", c.App, "pid", c.PID, "state", c.state)
+		return
+	}
+	c.state = stateClosing
+	c.pool.inUse--
+	c.pool.closing++
+	m.mu.Unlock()
+	m.finishClose([]*Conn{c}, false)
+}
+
+// ---------------------------------------------------------------- pins
+
+// AcquirePin waits FIFO for one of the application's MaxPinned pin slots,
+// up to WaitTimeout (error wraps ErrPinTimeout) or ctx (wraps ctx.Err()).
+func (m *Manager) AcquirePin(ctx context.Context, app string) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	a := m.apps[app]
+	if a == nil || a.removed {
+		m.mu.Unlock()
+		return fmt.Errorf("%w %q", ErrUnknownApp, app)
+	}
+	if a.pinWaiters.n == 0 && a.pinHeld < a.cfg.MaxPinned {
+		a.pinHeld++
+		m.mu.Unlock()
+		a.am.pinOutcome(pinImmediate)
+		return nil
+	}
+	w := &waiter{seq: m.nextSeq(), app: a, ch: make(chan grant, 1)}
+	a.pinWaiters.push(w)
+	timeout := a.cfg.WaitTimeout
+	m.mu.Unlock()
+
+	var timerC <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timerC = t.C
+	}
+	var err error
+	outcome := pinCanceled
+	select {
+	case g := <-w.ch:
+		if g.err != nil {
+			return g.err
+		}
+		a.am.pinOutcome(pinWaited)
+		return nil
+	case <-ctx.Done():
+		err = fmt.Errorf("pool: waiting for a pin slot: %w", ctx.Err())
+	case <-timerC:
+		outcome = pinTimeout
+		err = fmt.Errorf("%w (application %q, waited %s)", ErrPinTimeout, app, timeout)
+	}
+	m.mu.Lock()
+	if w.queued {
+		a.pinWaiters.remove(w)
+	} else if g := <-w.ch; g.err == nil {
+		a.pinHeld-- // granted meanwhile: give it back
+		m.grantPinsLocked(a)
+	}
+	m.mu.Unlock()
+	a.am.pinOutcome(outcome)
+	return err
+}
+
+// ReleasePin frees one pin slot of app (handing it to the first pin waiter).
+func (m *Manager) ReleasePin(app string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.apps[app]
+	if a == nil || a.pinHeld == 0 {
+		m.log.Error("pool: ReleasePin without a held pin slot", "app", app)
+		return
+	}
+	a.pinHeld--
+	m.grantPinsLocked(a)
+}
+
+func (m *Manager) grantPinsLocked(a *appPool) {
+	for a.pinWaiters.head != nil && a.pinHeld < a.cfg.MaxPinned {
+		w := a.pinWaiters.head
+		a.pinWaiters.remove(w)
+		a.pinHeld++
+		w.ch <- grant{}
+	}
+}
+
+// ---------------------------------------------------------------- Reconfigure
+
+// Reconfigure applies new budgets, logins and server settings without
+// dropping in-use conns. Raised budgets wake waiters at once; lowered ones
+// close idle conns now and excess in-use conns as they are released; conns
+// logged in with changed credentials or to a changed server address are
+// replaced the same way; removed applications drain (their waiters get
+// ErrUnknownApp, new Acquires too, their conns close at release).
+// Invalid entries (non-positive budgets, duplicate names) are skipped and
+// logged; a non-positive server max_connections keeps the old one.
+func (m *Manager) Reconfigure(server config.Server, apps []AppConfig) {
+	var toClose []*Conn
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	if err := checkServer(server); err != nil {
+		m.log.Error("pool: reconfigure: keeping server max_connections", "err", err)
+		server.MaxConnections = m.server.MaxConnections
+	}
+	if server.Host != m.server.Host || server.Port != m.server.Port {
+		m.srvGen++
+		clear(m.params)
+		for _, a := range m.appList {
+			toClose = append(toClose, m.closeIdleLocked(a)...)
+		}
+	}
+	m.server = server
+
+	keep := make(map[string]bool, len(apps))
+	for _, cfg := range apps {
+		if err := checkApp(cfg); err != nil {
+			m.log.Error("pool: reconfigure: skipping application", "err", err)
+			continue
+		}
+		if keep[cfg.Name] {
+			m.log.Error("pool: reconfigure: application listed twice", "app", cfg.Name)
+			continue
+		}
+		keep[cfg.Name] = true
+		a := m.apps[cfg.Name]
+		if a == nil {
+			m.addAppLocked(cfg)
+			continue
+		}
+		if cfg.User != a.cfg.User || cfg.Password != a.cfg.Password {
+			a.gen++
+			toClose = append(toClose, m.closeIdleLocked(a)...)
+		}
+		a.cfg = cfg
+		a.removed = false
+	}
+	for _, a := range m.appList {
+		if keep[a.name] || a.removed {
+			continue
+		}
+		a.removed = true
+		toClose = append(toClose, m.closeIdleLocked(a)...)
+		err := fmt.Errorf("%w %q (removed by reconfiguration)", ErrUnknownApp, a.name)
+		for w := a.waiters.head; w != nil; w = a.waiters.head {
+			m.grantLocked(w, grant{err: err})
+		}
+		for w := a.pinWaiters.head; w != nil; w = a.pinWaiters.head {
+			a.pinWaiters.remove(w)
+			w.ch <- grant{err: err}
+		}
+	}
+	// Lowered budgets: close idle excess, least recently used first.
+	for _, a := range m.appList {
+		for a.open > a.cfg.MaxConnections && a.idleN > 0 {
+			toClose = append(toClose, m.closeConnLocked(a.popOldestIdle()))
+		}
+	}
+	for m.open > m.server.MaxConnections {
+		a := m.oldestIdleAppLocked()
+		if a == nil {
+			break
+		}
+		toClose = append(toClose, m.closeConnLocked(a.popOldestIdle()))
+	}
+	for _, a := range m.appList {
+		m.grantPinsLocked(a)
+	}
+	if m.waiting > 0 {
+		m.dispatchLocked()
+	}
+	m.mu.Unlock()
+	m.finishClose(toClose, true)
+}
+
+// closeConnLocked marks a conn already taken out of idle as closing.
+func (m *Manager) closeConnLocked(c *Conn) *Conn {
+	c.state = stateClosing
+	c.pool.closing++
+	return c
+}
+
+func (m *Manager) closeIdleLocked(a *appPool) []*Conn {
+	conns := a.takeAllIdle()
+	for _, c := range conns {
+		m.closeConnLocked(c)
+	}
+	return conns
+}
+
+// ---------------------------------------------------------------- ServerParams, Stats
+
+// ServerParams returns the ParameterStatus set a server connection of (app,
+// database) reports at login, cached per database+user after the first
+// login. Without a cached set it acquires a conn (respecting budgets and
+// waiting like Acquire), copies its StartupParams and releases it. The
+// returned map is the caller's.
+func (m *Manager) ServerParams(ctx context.Context, app, database string) (map[string]string, error) {
+	m.mu.Lock()
+	a := m.apps[app]
+	if a == nil || a.removed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+	}
+	p, ok := m.params[paramsKey{database, a.cfg.User}]
+	m.mu.Unlock()
+	if ok {
+		return maps.Clone(p), nil
+	}
+	c, err := m.Acquire(ctx, app, database)
+	if err != nil {
+		return nil, err
+	}
+	p = maps.Clone(c.StartupParams)
+	m.Release(c)
+	return p, nil
+}
+
+// Stats returns a snapshot of app's pool (zero for an unknown app).
+func (m *Manager) Stats(app string) Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.apps[app]
+	if a == nil {
+		return Stats{}
+	}
+	return a.statsLocked()
+}
+
+// InstanceStats sums Stats over all applications.
+func (m *Manager) InstanceStats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s Stats
+	for _, a := range m.appList {
+		x := a.statsLocked()
+		s.Open += x.Open
+		s.Idle += x.Idle
+		s.InUse += x.InUse
+		s.Waiting += x.Waiting
+		s.Pinned += x.Pinned
+		s.PinWaiting += x.PinWaiting
+		s.Dialing += x.Dialing
+	}
+	return s
+}
+
+func (a *appPool) statsLocked() Stats {
+	return Stats{
+		Open:       a.open,
+		Idle:       a.idleN,
+		InUse:      a.inUse,
+		Waiting:    a.waiters.n,
+		Pinned:     a.pinHeld,
+		PinWaiting: a.pinWaiters.n,
+		Dialing:    a.dialing,
+	}
+}
+
+// ---------------------------------------------------------------- SweepIdle
+
+// SweepIdle calls check with the backend PIDs of all idle conns. They are
+// taken out of the idle set meanwhile (nobody can get them; they stay
+// counted) and check runs without the lock. Conns whose pid check reports
+// are closed and returned as ClosedInfo; the others go back to idle (or to
+// waiters) with their idle time preserved. If check fails, all go back and
+// its error is returned.
+func (m *Manager) SweepIdle(ctx context.Context, check func(ctx context.Context, pids []uint32) (leaked map[uint32]bool, err error)) ([]ClosedInfo, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var conns []*Conn
+	for _, a := range m.appList {
+		if a.idleN == 0 {
+			continue
+		}
+		taken := a.takeAllIdle()
+		for _, c := range taken {
+			c.state = stateChecking
+		}
+		a.checking += len(taken)
+		conns = append(conns, taken...)
+	}
+	m.mu.Unlock()
+	if len(conns) == 0 {
+		return nil, nil
+	}
+
+	pids := make([]uint32, len(conns))
+	for i, c := range conns {
+		pids[i] = c.PID
+	}
+	leaked, err := check(ctx, pids)
+
+	var closed []ClosedInfo
+	var toClose []*Conn
+	m.mu.Lock()
+	for _, c := range conns {
+		c.pool.checking--
+		if err == nil && leaked[c.PID] {
+			toClose = append(toClose, m.closeConnLocked(c))
+			closed = append(closed, ClosedInfo{App: c.App, Database: c.Database, LastClient: c.LastClient, PID: c.PID})
+			continue
+		}
+		toClose = append(toClose, m.putBackLocked(c, true)...)
+	}
+	m.mu.Unlock()
+	for _, ci := range closed {
+		m.log.Warn("pool: closing idle server connection that still holds advisory locks",
+			"app", ci.App, "database", ci.Database, "pid", ci.PID, "last_client", ci.LastClient)
+	}
+	m.finishClose(toClose, true)
+	if err != nil {
+		return nil, fmt.Errorf("pool: idle connection check: %w", err)
+	}
+	return closed, nil
+}
+
+// ---------------------------------------------------------------- janitor, Close
+
+func (m *Manager) janitor(interval time.Duration) {
+	defer close(m.janitorDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopJanitor:
+			return
+		case <-t.C:
+			m.sweepExpired(m.now())
+		}
+	}
+}
+
+// sweepExpired closes idle conns idle longer than IdleTimeout or older than
+// MaxLifetime (each ignored when <= 0).
+func (m *Manager) sweepExpired(now time.Time) {
+	var toClose []*Conn
+	m.mu.Lock()
+	idleTO, life := m.server.IdleTimeout, m.server.MaxLifetime
+	for _, a := range m.appList {
+		if a.idleN == 0 {
+			continue
+		}
+		for db, st := range a.idle {
+			kept := st.conns[:0]
+			for _, c := range st.conns {
+				if (idleTO > 0 && now.Sub(c.idleSince) >= idleTO) || (life > 0 && now.Sub(c.created) >= life) {
+					a.idleN--
+					toClose = append(toClose, m.closeConnLocked(c))
+					continue
+				}
+				kept = append(kept, c)
+			}
+			clear(st.conns[len(kept):])
+			st.conns = kept
+			if len(kept) == 0 {
+				delete(a.idle, db)
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.finishClose(toClose, true)
+}
+
+// Close closes idle conns, refuses new Acquires and pins (ErrClosed), wakes
+// all waiters with ErrClosed and stops the janitor. In-use conns are closed
+// at their Release/Destroy. Close is idempotent.
+func (m *Manager) Close() {
+	var toClose []*Conn
+	m.mu.Lock()
+	if !m.closed {
+		m.closed = true
+		for _, a := range m.appList {
+			toClose = append(toClose, m.closeIdleLocked(a)...)
+			for w := a.waiters.head; w != nil; w = a.waiters.head {
+				m.grantLocked(w, grant{err: ErrClosed})
+			}
+			for w := a.pinWaiters.head; w != nil; w = a.pinWaiters.head {
+				a.pinWaiters.remove(w)
+				w.ch <- grant{err: ErrClosed}
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.closeOnce.Do(func() { close(m.stopJanitor) })
+	<-m.janitorDone
+	m.finishClose(toClose, true)
+}

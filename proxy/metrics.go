@@ -1,0 +1,58 @@
+package proxy
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics holds the collectors the proxy owns. With a nil Registerer they
+// still work, unregistered.
+type metrics struct {
+	clients  *prometheus.GaugeVec
+	pinned   *prometheus.GaugeVec
+	pins     *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+	leaked   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockpool_client_connections", Help: "Client connections logged in, by application.",
+		}, []string{"app"}),
+		pinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockpool_pinned_sessions", Help: "Sessions pinned to a server connection, by application and what pins them.",
+		}, []string{"app", "reason"}),
+		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockpool_pins_total", Help: "Times a session became pinned, by application.",
+		}, []string{"app"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockpool_advisory_locks_rejected_total", Help: "Session-level advisory lock calls rejected by policy, by application and function.",
+		}, []string{"app", "function"}),
+		leaked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockpool_leaked_locks_total", Help: "Idle server connections closed by the leak sweep because they held advisory locks.",
+		}, []string{"app"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked)
+	}
+	return m
+}
+
+// bindApp precomputes the children the hot path touches.
+func (m *metrics) bindApp(a *appState) {
+	a.clients = m.clients.WithLabelValues(a.cfg.Name)
+	a.pins = m.pins.WithLabelValues(a.cfg.Name)
+	a.leaked = m.leaked.WithLabelValues(a.cfg.Name)
+	a.pinnedGauge = m.pinned
+	a.rejectedVec = m.rejected
+	// Make the series visible at zero.
+	m.pinned.WithLabelValues(a.cfg.Name, "advisory_lock")
+}
+
+func (a *appState) rejected(fn string) {
+	if c, ok := a.rejectedCache.Load(fn); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := a.rejectedVec.WithLabelValues(a.cfg.Name, fn)
+	a.rejectedCache.Store(fn, c)
+	c.Inc()
+}

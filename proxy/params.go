@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/lockpool/lockpool/pool"
+)
+
+// clientParams are the parameter values a client should see: what it sent
+// at startup and what it changed since, by lower-case name.
+type clientParams struct {
+	vals map[string]string
+	fp   string // fingerprint of vals, "" until computed
+}
+
+// reportedNames are the parameters PostgreSQL reports with ParameterStatus,
+// with their canonical spelling.
+var reportedNames = map[string]string{
+	"application_name":              "application_name",
+	"client_encoding":               "client_encoding",
+	"datestyle":                     "DateStyle",
+	"default_transaction_read_only": "default_transaction_read_only",
+	"in_hot_standby":                "in_hot_standby",
+	"integer_datetimes":             "integer_datetimes",
+	"intervalstyle":                 "IntervalStyle",
+	"is_superuser":                  "is_superuser",
+	"server_encoding":               "server_encoding",
+	"server_version":                "server_version",
+	"session_authorization":         "session_authorization",
+	"standard_conforming_strings":   "standard_conforming_strings",
+	"timezone":                      "TimeZone",
+}
+
+// startupSkip are startup keys that are not parameters to carry.
+var startupSkip = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
+
+// forbiddenParams may not be set from the startup packet through lockpool.
+var forbiddenParams = map[string]bool{"session_authorization": true, "role": true, "is_superuser": true, "server_version": true, "server_encoding": true, "integer_datetimes": true, "in_hot_standby": true}
+
+func (p *clientParams) init(startup map[string]string) {
+	p.vals = make(map[string]string, len(startup))
+	for k, v := range startup {
+		if startupSkip[k] {
+			continue
+		}
+		p.vals[lower(k)] = v
+	}
+}
+
+func (p *clientParams) set(name, val string) {
+	if p.vals[name] == val {
+		return
+	}
+	p.vals[name] = val
+	p.fp = ""
+}
+
+func (p *clientParams) reset(name string) {
+	if _, ok := p.vals[name]; ok {
+		delete(p.vals, name)
+		p.fp = ""
+	}
+}
+
+func (p *clientParams) fingerprint() string {
+	if p.fp != "" {
+		return p.fp
+	}
+	keys := make([]string, 0, len(p.vals))
+	for k := range p.vals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteByte('#')
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(p.vals[k])
+		b.WriteByte(0)
+	}
+	p.fp = b.String()
+	return p.fp
+}
+
+// validParamName reports whether a parameter name is safe to send back.
+func validParamName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c == '_' || c == '.' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' && i > 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseOptions takes "-c name=value" and "--name=value" pieces of the
+// startup options parameter; anything else is refused clearly.
+func (s *session) parseOptions(opts string) error {
+	fields := strings.Fields(opts)
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		var kv string
+		switch {
+		case f == "-c" && i+1 < len(fields):
+			i++
+			kv = fields[i]
+		case strings.HasPrefix(f, "-c"):
+			kv = f[2:]
+		case strings.HasPrefix(f, "--"):
+			kv = f[2:]
+		default:
+			return &pgError{Code: "0A000", Message: "lockpool: unsupported startup option " + quoteForMsg(f), Hint: "Only -c name=value options are supported through lockpool."}
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return &pgError{Code: "0A000", Message: "lockpool: invalid startup option " + quoteForMsg(kv), Hint: "Use -c name=value."}
+		}
+		s.params.set(lower(strings.ReplaceAll(k, "-", "_")), v)
+	}
+	for k := range s.params.vals {
+		if !validParamName(k) {
+			return &pgError{Code: "42704", Message: "lockpool: invalid parameter name " + quoteForMsg(k), Hint: "Check the connection parameters."}
+		}
+		if forbiddenParams[k] {
+			return &pgError{Code: "0A000", Message: "lockpool: parameter " + quoteForMsg(k) + " cannot be set at connection start through lockpool", Hint: "Remove it from the connection parameters."}
+		}
+	}
+	return nil
+}
+
+func quoteForMsg(s string) string { return `"` + s + `"` }
+
+// appendStartupParams appends the ParameterStatus set a client gets at
+// login: the server's values, overridden by the client's own.
+func (s *session) appendStartupParams(buf []byte, srv map[string]string) []byte {
+	seen := make(map[string]bool, len(srv))
+	for k, v := range srv {
+		lk := lower(k)
+		seen[lk] = true
+		if cv, ok := s.params.vals[lk]; ok {
+			v = cv
+		}
+		buf = appendParameterStatus(buf, k, v)
+	}
+	for k, v := range s.params.vals {
+		if canon, ok := reportedNames[k]; ok && !seen[k] {
+			buf = appendParameterStatus(buf, canon, v)
+		}
+	}
+	return buf
+}
+
+// sqlLiteral quotes a value as a standard SQL string constant that means the
+// same whatever standard_conforming_strings says.
+func sqlLiteral(v string) string {
+	tag := "$lockpool$"
+	for strings.Contains(v, tag) {
+		tag = "$lockpool" + tag[1:]
+	}
+	return tag + v + tag
+}
+
+// syncParams makes the server connection's parameters match the client's
+// before the client's first statement on it. It returns ParameterStatus
+// messages the client must see (values the server spelled differently).
+func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
+	fp := s.params.fingerprint()
+	if st.synced == fp {
+		return nil, nil
+	}
+	var sets, setKeys, resets []string
+	for k, want := range s.params.vals {
+		cur, ok := st.params[k]
+		if !ok || cur != want {
+			sets = append(sets, "pg_catalog.set_config("+sqlLiteral(k)+", "+sqlLiteral(want)+", false)")
+			setKeys = append(setKeys, k)
+		}
+	}
+	for k, cur := range st.params {
+		if _, mine := s.params.vals[k]; mine {
+			continue
+		}
+		if def, ok := st.defaults[k]; ok && def == cur {
+			continue
+		}
+		resets = append(resets, k)
+	}
+	if len(sets) == 0 && len(resets) == 0 {
+		st.synced = fp
+		return nil, nil
+	}
+	var q strings.Builder
+	if len(sets) > 0 {
+		q.WriteString("SELECT ")
+		q.WriteString(strings.Join(sets, ", "))
+		q.WriteString(";")
+	}
+	for _, k := range resets {
+		if !validParamName(k) {
+			continue
+		}
+		q.WriteString("RESET ")
+		q.WriteString(quoteGUC(k))
+		q.WriteString(";")
+	}
+	if _, err := sc.Net.Write(appendQuery(nil, q.String())); err != nil {
+		return nil, err
+	}
+	var perr *pgError
+	var ps []byte
+	err := readUntilReady(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'E':
+			if perr == nil {
+				perr = &pgError{Code: errorCode(body), Message: "lockpool: cannot apply connection parameters: " + errorMessage(body), Hint: "Check the parameters in the connection string."}
+			}
+		case 'D':
+			// set_config returns each value as the server spells it: that is
+			// the client's value from now on.
+			p := body
+			if len(p) < 2 {
+				return
+			}
+			p = p[2:]
+			for i := 0; i < len(setKeys) && len(p) >= 4; i++ {
+				l := int(int32(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
+				p = p[4:]
+				if l < 0 || l > len(p) {
+					return
+				}
+				v := string(p[:l])
+				p = p[l:]
+				k := setKeys[i]
+				st.params[k] = v
+				if s.params.vals[k] != v {
+					s.params.set(k, v)
+					if canon, ok := reportedNames[k]; ok {
+						ps = appendParameterStatus(ps, canon, v)
+					}
+				}
+			}
+		case 'S':
+			k, rest, ok := cstring(body)
+			if !ok {
+				return
+			}
+			v, _, _ := cstring(rest)
+			st.params[lower(string(k))] = string(v)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if perr != nil {
+		return nil, perr
+	}
+	for _, k := range resets {
+		if def, ok := st.defaults[k]; ok {
+			st.params[k] = def
+		} else {
+			delete(st.params, k)
+		}
+	}
+	st.synced = s.params.fingerprint()
+	return ps, nil
+}
+
+func quoteGUC(k string) string {
+	parts := strings.Split(k, ".")
+	for i, p := range parts {
+		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
+	}
+	return strings.Join(parts, ".")
+}

@@ -1,0 +1,338 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockpool/lockpool/auth"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/pool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options are the dependencies of a Server.
+type Options struct {
+	Config     *config.Config
+	Logger     *slog.Logger          // nil: slog.Default()
+	Registerer prometheus.Registerer // nil: no metrics are registered
+	// Leases answers the lease functions; nil disables them (0A000).
+	Leases LeaseStore
+}
+
+// appState is an application's configuration as the sessions use it.
+type appState struct {
+	cfg           config.Application
+	advisory      policy.Mode
+	sessionState  policy.Mode
+	sessionPool   bool
+	clients       prometheus.Gauge
+	pins          prometheus.Counter
+	leaked        prometheus.Counter
+	pinnedGauge   *prometheus.GaugeVec
+	rejectedVec   *prometheus.CounterVec
+	rejectedCache sync.Map // function name -> prometheus.Counter
+}
+
+// runtimeConfig is the reloadable part of the configuration.
+type runtimeConfig struct {
+	cfg   *config.Config
+	apps  map[string]*appState
+	creds map[string]*auth.Credential
+}
+
+// Server is a running lockpool proxy.
+type Server struct {
+	log     *slog.Logger
+	pool    *pool.Manager
+	leases  LeaseStore
+	metrics *metrics
+	tlsConf *tls.Config
+	health  healthProbe
+
+	rc atomic.Pointer[runtimeConfig]
+
+	mu       sync.Mutex
+	ln       net.Listener
+	sessions map[uint32]*session // by lockpool's own backend pid
+	nextPID  uint32
+	draining bool
+	wg       sync.WaitGroup // client connections
+	done     chan struct{}  // closed when Shutdown finished
+
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	sweeper sync.WaitGroup
+}
+
+// New builds a Server from a validated config. It does not listen yet.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil {
+		return nil, errors.New("proxy: no config")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{
+		log:      logger,
+		leases:   opts.Leases,
+		sessions: make(map[uint32]*session),
+		done:     make(chan struct{}),
+	}
+	var pid [4]byte
+	_, _ = rand.Read(pid[:])
+	s.nextPID = binary.BigEndian.Uint32(pid[:])&0x3fffffff | 0x10000
+	s.metrics = newMetrics(opts.Registerer)
+	rc, err := s.buildRuntime(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.loadTLS(opts.Config); err != nil {
+		return nil, err
+	}
+	s.rc.Store(rc)
+	pm, err := pool.New(pool.Options{
+		Server:     opts.Config.Server,
+		Apps:       poolApps(opts.Config),
+		Logger:     logger,
+		Registerer: opts.Registerer,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: pool: %w", err)
+	}
+	s.pool = pm
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+func (s *Server) loadTLS(cfg *config.Config) error {
+	if cfg.TLS == nil {
+		s.tlsConf = nil
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+	if err != nil {
+		return fmt.Errorf("proxy: tls: %w", err)
+	}
+	s.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	return nil
+}
+
+func poolApps(cfg *config.Config) []pool.AppConfig {
+	apps := make([]pool.AppConfig, 0, len(cfg.Applications))
+	for _, a := range cfg.Applications {
+		pw := ""
+		if u, ok := cfg.UserByName(a.User); ok {
+			pw = u.Password
+		}
+		apps = append(apps, pool.AppConfig{
+			Name:           a.Name,
+			User:           a.User,
+			Password:       pw,
+			MaxConnections: a.MaxConnections,
+			MaxPinned:      a.MaxPinned,
+			WaitTimeout:    a.WaitTimeout,
+		})
+	}
+	return apps
+}
+
+func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
+	rc := &runtimeConfig{cfg: cfg, apps: make(map[string]*appState), creds: make(map[string]*auth.Credential)}
+	old := s.rc.Load()
+	for _, u := range cfg.Users {
+		if old != nil {
+			if prev, ok := old.cfg.UserByName(u.Name); ok && prev.Password == u.Password {
+				rc.creds[u.Name] = old.creds[u.Name]
+				continue
+			}
+		}
+		c, err := auth.NewCredential(u.Name, u.Password)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: user %q: %w", u.Name, err)
+		}
+		rc.creds[u.Name] = c
+	}
+	for _, a := range cfg.Applications {
+		adv, err := policy.ParseMode(a.AdvisoryLocks)
+		if err != nil {
+			return nil, err
+		}
+		st, err := policy.ParseMode(a.SessionState)
+		if err != nil {
+			return nil, err
+		}
+		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session"}
+		s.metrics.bindApp(as)
+		rc.apps[a.Name] = as
+	}
+	return rc, nil
+}
+
+// Reload applies a new configuration: budgets, policies and users. Connected
+// clients stay connected; the listen addresses and TLS files are not
+// reloaded (restart for those).
+func (s *Server) Reload(cfg *config.Config) error {
+	rc, err := s.buildRuntime(cfg)
+	if err != nil {
+		return err
+	}
+	s.rc.Store(rc)
+	s.pool.Reconfigure(cfg.Server, poolApps(cfg))
+	s.log.Info("configuration reloaded", "applications", len(cfg.Applications), "users", len(cfg.Users))
+	return nil
+}
+
+// Serve accepts clients on ln until Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return errors.New("proxy: shut down")
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	s.startBackground()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			draining := s.draining
+			s.mu.Unlock()
+			if draining {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+				// Out of file descriptors and the like: log, back off, retry.
+				if backoff == 0 {
+					backoff = 5 * time.Millisecond
+				} else if backoff < time.Second {
+					backoff *= 2
+				}
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("proxy: accept: %w", err)
+		}
+		backoff = 0
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handleConn(c)
+		}()
+	}
+}
+
+// register assigns the session its backend key and records it.
+func (s *Server) register(ss *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	for {
+		s.nextPID++
+		if s.nextPID == 0 || s.nextPID > 0x7fffffff {
+			s.nextPID = 0x10000
+		}
+		if _, taken := s.sessions[s.nextPID]; !taken {
+			break
+		}
+	}
+	ss.pid = s.nextPID
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	ss.secret = binary.BigEndian.Uint32(b[:])
+	s.sessions[ss.pid] = ss
+	return true
+}
+
+func (s *Server) unregister(ss *session) {
+	s.mu.Lock()
+	if s.sessions[ss.pid] == ss {
+		delete(s.sessions, ss.pid)
+	}
+	s.mu.Unlock()
+}
+
+// cancelSession handles a CancelRequest with lockpool's key.
+func (s *Server) cancelSession(pid, secret uint32) {
+	s.mu.Lock()
+	ss := s.sessions[pid]
+	s.mu.Unlock()
+	if ss == nil || ss.secret != secret {
+		return
+	}
+	ss.cancelRunning(s.baseCtx)
+}
+
+// Shutdown stops accepting, lets running transactions finish until ctx ends,
+// then sends 57P01 to every remaining client and closes everything.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.draining = true
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	list := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		list = append(list, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range list {
+		ss.drain()
+	}
+	finished := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		s.mu.Lock()
+		list = list[:0]
+		for _, ss := range s.sessions {
+			list = append(list, ss)
+		}
+		s.mu.Unlock()
+		for _, ss := range list {
+			ss.kill(errShutdown)
+		}
+		<-finished
+	}
+	s.cancel()
+	s.sweeper.Wait()
+	if s.leases != nil {
+		s.leases.Close()
+	}
+	s.pool.Close()
+	close(s.done)
+	return nil
+}
+
+var errShutdown = &pgError{Severity: "FATAL", Code: "57P01", Message: "lockpool: terminating connection because lockpool is shutting down", Hint: "Reconnect; another lockpool instance or this one after its restart will serve you."}
+
+// Pool exposes the connection manager (tests and the admin server).
+func (s *Server) Pool() *pool.Manager { return s.pool }
+
+// Config returns the configuration in force.
+func (s *Server) Config() *config.Config { return s.rc.Load().cfg }

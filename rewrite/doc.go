@@ -1,0 +1,49 @@
+// Package rewrite is lockpool's SQL lexer and analyser. It runs on the body
+// of every Query and Parse message, so it is built to be cheap: MayHit is a
+// single allocation-free pass over the bytes, and only when it reports true
+// does Analyze lex the SQL.
+//
+// The package owns:
+//
+//   - the PostgreSQL lexer: 'strings' with doubled quotes, E'…' strings with
+//     backslash escapes, U&'…' strings and U&"…" identifiers (with UESCAPE),
+//     N'…', B'…' and X'…' literals, dollar quotes $tag$…$tag$ and $$…$$ (while
+//     $1 is a parameter and a$$ an identifier), "quoted identifiers" with ""
+//     doubling and case preserved, -- comments, nested /* */ comments,
+//     numbers, operators, :: casts and ; between statements (except inside
+//     a BEGIN ATOMIC … END function body);
+//   - Analyze: calls of the eleven advisory-lock functions, the lease virtual
+//     functions (whole-statement calls, other mentions, lease_fence),
+//     session-state statements (LISTEN, temp tables, WITH HOLD cursors, SQL
+//     PREPARE, SET ROLE, LOAD, DISCARD …) and GUC changes (SET, RESET,
+//     set_config) to replay;
+//   - RewriteFence: qualifying lease_fence calls with the lease schema.
+//
+// Invariants:
+//
+//   - Never fooled by strings or comments: a name inside a string literal, a
+//     quoted identifier of another spelling, or a comment is never a call, and
+//     text inside them never starts or ends a statement. The one string that
+//     is analysed is the body of a DO block (and, inside it, a literal
+//     EXECUTE string), lexed recursively after decoding. Bodies of CREATE
+//     FUNCTION/PROCEDURE are not analysed: creating a function runs nothing.
+//   - Identifiers follow PostgreSQL: unquoted ones fold to lower case,
+//     quoted ones must match exactly, so PG_ADVISORY_LOCK(1) is a call and
+//     "PG_ADVISORY_LOCK"(1) is not. A call is an identifier followed by "("
+//     (comments and whitespace may sit between), unqualified or qualified by
+//     pg_catalog (advisory, set_config) or lockpool (lease functions).
+//   - The prefilter never misses: MayHit(sql) is true whenever Analyze(sql)
+//     would find anything (tested over every table case and by FuzzAnalyze).
+//     It looks for the anchor words "advisory", "lease_", "set_config", the
+//     word temp/temporary, U&' / U&", and a statement-leading keyword (DO,
+//     SET, RESET, CREATE, DROP, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
+//     DEALLOCATE, LOAD, DISCARD) at the start or after any ';'.
+//   - Never panics, whatever the input: unterminated strings, identifiers and
+//     comments run to the end of the input.
+//   - The no-hit path allocates nothing; returned strings that need no
+//     decoding are sub-strings of the input.
+//
+// Assumption: standard_conforming_strings is on (the default since
+// PostgreSQL 9.1), so a backslash in a plain '…' string is an ordinary
+// character.
+package rewrite

@@ -1,0 +1,399 @@
+package rewrite
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+type want struct {
+	funcs   []Func
+	lease   *LeaseCall
+	mention bool
+	fence   bool
+	state   []StateChange
+	sets    []SetCmd
+	stmts   int
+	count   bool // check stmts
+}
+
+type tcase struct {
+	name string
+	sql  string
+	want want
+}
+
+func fs(f ...Func) want { return want{funcs: f} }
+
+func st(k StateKind, n string) want { return want{state: []StateChange{{k, n}}} }
+
+func sets(c ...SetCmd) want { return want{sets: c} }
+
+func lease(fn string, args ...Arg) want { return want{lease: &LeaseCall{Func: fn, Args: args}} }
+
+func sArg(v string) Arg     { return Arg{Kind: ArgString, Text: v} }
+func nArg(v string) Arg     { return Arg{Kind: ArgNumber, Text: v} }
+func pArg(n int) Arg        { return Arg{Kind: ArgParam, Param: n} }
+func none() want            { return want{} }
+func mention() want         { return want{mention: true} }
+func fence() want           { return want{fence: true} }
+func stmts(n int) want      { return want{stmts: n} }
+func (w want) n(k int) want { w.stmts, w.count = k, true; return w }
+
+var cases = []tcase{
+	// --- advisory functions: positions and spellings
+	{"plain", "select pg_advisory_lock(1)", fs(AdvisoryLock).n(1)},
+	{"upper", "SELECT PG_ADVISORY_LOCK(1)", fs(AdvisoryLock)},
+	{"mixed case", "Select Pg_Try_Advisory_Lock(42)", fs(TryAdvisoryLock)},
+	{"all eleven", "select pg_advisory_lock(1), pg_advisory_lock_shared(1), pg_try_advisory_lock(1), pg_try_advisory_lock_shared(1), pg_advisory_xact_lock(1), pg_advisory_xact_lock_shared(1), pg_try_advisory_xact_lock(1), pg_try_advisory_xact_lock_shared(1), pg_advisory_unlock(1), pg_advisory_unlock_shared(1), pg_advisory_unlock_all()",
+		fs(AdvisoryLock, AdvisoryLockShared, TryAdvisoryLock, TryAdvisoryLockShared, AdvisoryXactLock, AdvisoryXactLockShared, TryAdvisoryXactLock, TryAdvisoryXactLockShared, AdvisoryUnlock, AdvisoryUnlockShared, AdvisoryUnlockAll)},
+	{"from clause", "SELECT * FROM pg_advisory_lock(7)", fs(AdvisoryLock)},
+	{"case expr", "select case when $1 then pg_try_advisory_lock($2) else false end", fs(TryAdvisoryLock)},
+	{"cte", "with x as (select pg_advisory_xact_lock(hashtext('job'))) select * from x", fs(AdvisoryXactLock)},
+	{"subquery", "select 1 where exists (select pg_try_advisory_lock(id) from jobs)", fs(TryAdvisoryLock)},
+	{"where clause", "select id from jobs where pg_try_advisory_lock(id) limit 1", fs(TryAdvisoryLock)},
+	{"expression key", "select pg_advisory_lock(hashtext($1)::bigint)", fs(AdvisoryLock)},
+	{"two keys", "select pg_advisory_lock(1, 2)", fs(AdvisoryLock)},
+	{"quoted lower", `select "pg_advisory_lock"(1)`, fs(AdvisoryLock)},
+	{"quoted upper is not", `select "PG_ADVISORY_LOCK"(1)`, none()},
+	{"pg_catalog", "select pg_catalog.pg_advisory_lock(1)", fs(AdvisoryLock)},
+	{"pg_catalog upper", "select PG_CATALOG.PG_ADVISORY_UNLOCK(1)", fs(AdvisoryUnlock)},
+	{"pg_catalog quoted", `select "pg_catalog"."pg_advisory_lock"(1)`, fs(AdvisoryLock)},
+	{"pg_catalog spaced", "select pg_catalog . pg_advisory_lock (1)", fs(AdvisoryLock)},
+	{"catalog.schema.func", "select mydb.pg_catalog.pg_advisory_lock(1)", fs(AdvisoryLock)},
+	{"quoted PG_CATALOG is another schema", `select "PG_CATALOG".pg_advisory_lock(1)`, none()},
+	{"comment before paren", "select pg_advisory_lock /* why */ (1)", fs(AdvisoryLock)},
+	{"line comment before paren", "select pg_advisory_lock -- x\n (1)", fs(AdvisoryLock)},
+	{"newline before paren", "select pg_advisory_lock\n\t(1)", fs(AdvisoryLock)},
+	{"no paren", "select pg_advisory_lock from t", none()},
+	{"no paren end", "select pg_advisory_lock", none()},
+	{"longer prefix", "select my_pg_advisory_lock(1)", none()},
+	{"longer suffix", "select pg_advisory_lock_foo(1)", none()},
+	{"other schema", "select myschema.pg_advisory_lock(1)", none()},
+	{"column ref", "select t.pg_advisory_lock from t", none()},
+	{"in string", "select 'pg_advisory_lock(1)'", none()},
+	{"in string with doubled quote", "select 'it''s pg_advisory_lock(1)'", none()},
+	{"E string escaped quote", `select E'\' pg_advisory_lock(1) '`, none()},
+	{"E string then call", `select E'\\', pg_advisory_lock(1)`, fs(AdvisoryLock)},
+	{"plain backslash string then call", `select '\', pg_advisory_lock(1)`, fs(AdvisoryLock)},
+	{"U& string", `select U&'pg_advisory_lock(1)'`, none()},
+	{"U& identifier", `select U&"pg_\0061dvisory_lock"(1)`, fs(AdvisoryLock)},
+	{"dollar string", "select $$pg_advisory_lock(1)$$", none()},
+	{"tagged dollar containing $$", "select $a$ $$ pg_advisory_lock(1) $$ $a$", none()},
+	{"param not dollar quote", "select $1, pg_advisory_lock($2), $3", fs(AdvisoryLock)},
+	{"ident with dollars", "select a$$b, pg_advisory_lock(1)", fs(AdvisoryLock)},
+	{"line comment", "select 1 -- pg_advisory_lock(1)\n", none()},
+	{"block comment", "select 1 /* pg_advisory_lock(1) */", none()},
+	{"nested comment", "select 1 /* /* */ pg_advisory_lock(1) */", none()},
+	{"after nested comment", "select /* a /* b */ c */ pg_advisory_lock(1)", fs(AdvisoryLock)},
+	{"quoted ident containing name", `select "pg_advisory_lock(1)" from t`, none()},
+	{"multi statement", "select 1; select pg_advisory_unlock(1); select 2", fs(AdvisoryUnlock).n(3)},
+	{"duplicates kept", "select pg_advisory_lock(1), pg_advisory_lock(1)", fs(AdvisoryLock, AdvisoryLock)},
+	{"xact only", "select pg_advisory_xact_lock(5)", fs(AdvisoryXactLock)},
+	{"unterminated string", "select 'pg_advisory_lock(1)", none()},
+	{"unterminated comment", "select 1 /* pg_advisory_lock(1)", none()},
+	{"unterminated dollar", "select $x$ pg_advisory_lock(1)", none()},
+	{"unterminated quoted ident", `select "pg_advisory_lock(1)`, none()},
+
+	// --- DO blocks and function bodies
+	{"DO dollar body", "DO $$ BEGIN PERFORM pg_advisory_lock(1); END $$", fs(AdvisoryLock).n(1)},
+	{"DO tagged body", "do $body$ begin perform pg_try_advisory_lock(1); end $body$ language plpgsql", fs(TryAdvisoryLock)},
+	{"DO quoted body", "DO 'BEGIN PERFORM pg_advisory_lock(1); END'", fs(AdvisoryLock)},
+	{"DO quoted body with inner string", "DO 'BEGIN RAISE NOTICE ''pg_advisory_lock(1)''; END'", none()},
+	{"DO E body escaped", `DO E'BEGIN PERFORM pg_\x61dvisory_lock(1); END'`, fs(AdvisoryLock)},
+	{"DO language first", "DO LANGUAGE plpgsql $$ begin perform pg_advisory_unlock_all(); end $$", fs(AdvisoryUnlockAll)},
+	{"DO body EXECUTE string", "DO $$ BEGIN EXECUTE 'select pg_advisory_lock(1)'; END $$", fs(AdvisoryLock)},
+	{"DO body comment", "DO $$ BEGIN -- pg_advisory_lock(1)\n NULL; END $$", none()},
+	{"DO body temp table", "DO $$ BEGIN CREATE TEMP TABLE t(x int); END $$", st(TempTable, "t")},
+	{"create function body", "CREATE FUNCTION f() RETURNS void AS $$ SELECT pg_advisory_lock(1) $$ LANGUAGE sql", none()},
+	{"create or replace procedure", "create or replace procedure p() language plpgsql as 'begin perform pg_advisory_lock(1); end'", none()},
+	{"begin atomic body", "CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT pg_advisory_lock(1); SELECT CASE WHEN true THEN 1 END; END; select 1", want{stmts: 2, count: true}},
+	{"create function then call", "CREATE FUNCTION f() RETURNS void AS $$ select 1 $$ LANGUAGE sql; SELECT pg_advisory_lock(1)", fs(AdvisoryLock).n(2)},
+	{"upsert do nothing", "insert into t values (1) on conflict do nothing", none()},
+
+	// --- leases
+	{"lease acquire", "SELECT lease_acquire('x', 120)", lease("lease_acquire", sArg("x"), nArg("120")).n(1)},
+	{"lease acquire qualified params", "SELECT lockpool.lease_acquire($1, $2, $3)", lease("lease_acquire", pArg(1), pArg(2), pArg(3))},
+	{"lease renew semicolon", "select lease_renew('x');  -- done\n", lease("lease_renew", sArg("x"))},
+	{"lease release upper", "SELECT LEASE_RELEASE('job-1')", lease("lease_release", sArg("job-1"))},
+	{"lease alias", "SELECT lease_acquire('x', 10) AS token", want{lease: &LeaseCall{Func: "lease_acquire", Args: []Arg{sArg("x"), nArg("10")}, Alias: "token"}}},
+	{"lease bare alias", `SELECT lease_acquire('x', 10) "Token"`, want{lease: &LeaseCall{Func: "lease_acquire", Args: []Arg{sArg("x"), nArg("10")}, Alias: "Token"}}},
+	{"lease list star", "SELECT * FROM lease_list()", want{lease: &LeaseCall{Func: "lease_list", Star: true}}},
+	{"lease list plain", "select lockpool.lease_list()", lease("lease_list")},
+	{"lease casts", "SELECT lease_acquire('x'::text, 1.5::numeric, -2::int)", lease("lease_acquire", Arg{Kind: ArgString, Text: "x", Cast: "text"}, Arg{Kind: ArgNumber, Text: "1.5", Cast: "numeric"}, Arg{Kind: ArgNumber, Text: "-2", Cast: "int"})},
+	{"lease param casts", "SELECT lease_acquire($1::text, $2::float8, $3::double precision)", lease("lease_acquire", Arg{Kind: ArgParam, Param: 1, Cast: "text"}, Arg{Kind: ArgParam, Param: 2, Cast: "float8"}, Arg{Kind: ArgParam, Param: 3, Cast: "double precision"})},
+	{"lease E string and null", `SELECT lease_acquire(E'a\'b', 10, NULL)`, lease("lease_acquire", sArg("a'b"), nArg("10"), Arg{Kind: ArgNull})},
+	{"lease doubled quote", "SELECT lease_renew('it''s')", lease("lease_renew", sArg("it's"))},
+	{"lease dollar string", "SELECT lease_renew($$x$$)", lease("lease_renew", sArg("x"))},
+	{"lease in expression", "SELECT lease_acquire('x', 10) + 1", mention()},
+	{"lease with from", "SELECT lease_acquire('x', 10) FROM t", mention()},
+	{"lease multi statement", "SELECT lease_acquire('x', 10); SELECT 1", mention().n(2)},
+	{"lease in where", "select 1 where lease_renew('x')", mention()},
+	{"lease other schema", "SELECT other.lease_acquire('x', 10)", none()},
+	{"lease column arg", "SELECT lease_acquire(name, 10) FROM jobs", mention()},
+	{"lease in string", "SELECT 'lease_acquire(1)'", none()},
+	{"lease in DO", "DO $$ BEGIN PERFORM lease_acquire('x', 1); END $$", mention()},
+	{"lease fence", "SELECT lease_fence('x', 42); UPDATE t SET v = 1", fence()},
+	{"lease fence qualified", "select lockpool.lease_fence($1, $2)", fence()},
+	{"lease fence in comment", "select 1 -- lease_fence('x', 1)", none()},
+
+	// --- session state
+	{"listen", "LISTEN jobs", st(Listen, "jobs")},
+	{"listen quoted", `listen "Jobs"`, st(Listen, "Jobs")},
+	{"listen upper folds", "LISTEN Jobs;", st(Listen, "jobs")},
+	{"unlisten star", "UNLISTEN *", st(Unlisten, "*")},
+	{"unlisten name", "/* c */ unlisten jobs", st(Unlisten, "jobs")},
+	{"listen in string", "select 'listen jobs'", none()},
+	{"listen not at start", "select 1 as listen", none()},
+	{"create temp table", "CREATE TEMP TABLE t1 (id int)", st(TempTable, "t1")},
+	{"create temporary table if not exists", "create temporary table if not exists T2 as select 1", st(TempTable, "t2")},
+	{"create local temp", "CREATE LOCAL TEMPORARY TABLE t3 (x int) ON COMMIT DELETE ROWS", st(TempTable, "t3")},
+	{"create temp on commit drop", "CREATE TEMP TABLE t4 (x int) ON COMMIT DROP", none()},
+	{"create temp view", "create temp view v as select 1", st(TempTable, "v")},
+	{"create temp sequence", "CREATE TEMPORARY SEQUENCE s", st(TempTable, "s")},
+	{"create pg_temp table", "CREATE TABLE pg_temp.t5 (x int)", st(TempTable, "t5")},
+	{"create pg_temp function", "create function pg_temp.f() returns int as 'select 1' language sql", st(TempTable, "f")},
+	{"create table", "CREATE TABLE t (x int)", none()},
+	{"select into temp", "SELECT * INTO TEMP tt FROM t", st(TempTable, "tt")},
+	{"select into temporary table", "select a into temporary table tt2 from t", st(TempTable, "tt2")},
+	{"select into regular", "select * into t9 from t", none()},
+	{"insert into temp named table", "INSERT INTO temp VALUES (1)", none()},
+	{"drop table", "DROP TABLE IF EXISTS t1", st(DropTable, "t1")},
+	{"declare with hold", "DECLARE c1 CURSOR WITH HOLD FOR SELECT 1", st(DeclareHold, "c1")},
+	{"declare scroll with hold", "declare C2 no scroll cursor with hold for select * from t", st(DeclareHold, "c2")},
+	{"declare without hold", "DECLARE c3 CURSOR WITHOUT HOLD FOR SELECT 1", none()},
+	{"declare plain", "DECLARE c4 CURSOR FOR SELECT 'with hold'", none()},
+	{"close", "CLOSE c1", st(Close, "c1")},
+	{"close all", "close all", st(Close, "*")},
+	{"prepare", "PREPARE q1 (int) AS SELECT $1", st(Prepare, "q1")},
+	{"prepare transaction", "PREPARE TRANSACTION 'tx1'", none()},
+	{"deallocate", "DEALLOCATE q1", st(Deallocate, "q1")},
+	{"deallocate prepare all", "deallocate prepare all", st(Deallocate, "*")},
+	{"set role", "SET ROLE admin", st(SetRole, "admin")},
+	{"set session role quoted", `SET SESSION ROLE "Admin"`, st(SetRole, "Admin")},
+	{"set local role ignored", "SET LOCAL ROLE admin", none()},
+	{"set role none", "SET ROLE NONE", st(SetRole, "")},
+	{"set session authorization", "SET SESSION AUTHORIZATION 'bob'", st(SetRole, "bob")},
+	{"reset role", "RESET ROLE", st(SetRole, "")},
+	{"reset session authorization", "reset session authorization", st(SetRole, "")},
+	{"load", "LOAD 'auto_explain'", st(Load, "auto_explain")},
+	{"discard all", "DISCARD ALL", st(Discard, "all")},
+	{"discard temporary", "discard temporary", st(Discard, "temp")},
+
+	// --- SET tracking
+	{"set to", "SET search_path TO public, \"My Schema\"", sets(SetCmd{Name: "search_path", Value: `public, "My Schema"`})},
+	{"set eq", "set statement_timeout = '5s';", sets(SetCmd{Name: "statement_timeout", Value: "'5s'"})},
+	{"set session", "SET SESSION work_mem TO '64MB' -- note", sets(SetCmd{Name: "work_mem", Value: "'64MB'"})},
+	{"set local", "SET LOCAL lock_timeout = 1000", sets(SetCmd{Name: "lock_timeout", Value: "1000", Local: true})},
+	{"set time zone", "SET TIME ZONE 'UTC'", sets(SetCmd{Name: "timezone", Value: "'UTC'"})},
+	{"set time zone local", "set time zone local", sets(SetCmd{Name: "timezone", Reset: true})},
+	{"set default", "SET DateStyle TO DEFAULT", sets(SetCmd{Name: "datestyle", Reset: true})},
+	{"set dotted", "SET app.user_id = '42'", sets(SetCmd{Name: "app.user_id", Value: "'42'"})},
+	{"set names", "SET NAMES 'UTF8'", sets(SetCmd{Name: "client_encoding", Value: "'UTF8'"})},
+	{"reset", "RESET search_path", sets(SetCmd{Name: "search_path", Reset: true})},
+	{"reset all", "RESET ALL", sets(SetCmd{Reset: true, All: true})},
+	{"set transaction ignored", "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", none()},
+	{"set session characteristics ignored", "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", none()},
+	{"set in second statement", "select 1; set search_path = x", sets(SetCmd{Name: "search_path", Value: "x"}).n(2)},
+	{"set_config", "SELECT set_config('search_path', 'public, \"My Schema\"', false)", sets(SetCmd{Name: "search_path", Value: `'public, "My Schema"'`, Config: true})},
+	{"set_config local", "select pg_catalog.set_config('App.X', 'v', true)", sets(SetCmd{Name: "app.x", Value: "'v'", Local: true, Config: true})},
+	{"set_config dynamic local", "SELECT set_config('app.user_id', $1, true)", none()},
+	{"set_config dynamic session", "SELECT set_config('app.user_id', $1, false)", st(SetConfig, "app.user_id")},
+	{"set_config role", "select set_config('role', 'admin', false)", st(SetRole, "admin")},
+	{"set_config other schema", "select my.set_config('a', 'b', false)", none()},
+	{"set in string", "select 'set search_path = x'", none()},
+
+	// --- statements and noise
+	{"empty", "", stmts(0)},
+	{"only semicolons", " ; ;; ", stmts(0)},
+	{"comment only", "-- nothing\n/* here */", stmts(0)},
+	{"semicolon in string", "select ';'; select 2", stmts(2)},
+	{"ordinary query", "SELECT id, name FROM users WHERE email = $1 AND deleted_at IS NULL", none()},
+	{"cast not hit", "select '1'::int, x::text", none()},
+}
+
+func check(t *testing.T, c tcase, f Findings) {
+	t.Helper()
+	w := c.want
+	if !reflect.DeepEqual(f.Funcs, w.funcs) {
+		t.Errorf("%s: Funcs = %v, want %v", c.name, f.Funcs, w.funcs)
+	}
+	adv, sess := len(w.funcs) > 0, false
+	for _, fn := range w.funcs {
+		sess = sess || fn.SessionAcquire()
+	}
+	if f.Advisory != adv || f.SessionAcquire != sess {
+		t.Errorf("%s: Advisory=%v SessionAcquire=%v, want %v %v", c.name, f.Advisory, f.SessionAcquire, adv, sess)
+	}
+	if !reflect.DeepEqual(f.Lease, w.lease) {
+		t.Errorf("%s: Lease = %+v, want %+v", c.name, f.Lease, w.lease)
+	}
+	if f.LeaseMention != w.mention || f.LeaseFence != w.fence {
+		t.Errorf("%s: LeaseMention=%v LeaseFence=%v, want %v %v", c.name, f.LeaseMention, f.LeaseFence, w.mention, w.fence)
+	}
+	if !reflect.DeepEqual(f.State, w.state) {
+		t.Errorf("%s: State = %+v, want %+v", c.name, f.State, w.state)
+	}
+	if !reflect.DeepEqual(f.Sets, w.sets) {
+		t.Errorf("%s: Sets = %+v, want %+v", c.name, f.Sets, w.sets)
+	}
+	if w.count {
+		if n := CountStatements(c.sql); n != w.stmts {
+			t.Errorf("%s: CountStatements = %d, want %d", c.name, n, w.stmts)
+		}
+		if f.Hit() && f.Statements != w.stmts {
+			t.Errorf("%s: Statements = %d, want %d", c.name, f.Statements, w.stmts)
+		}
+	}
+}
+
+func TestAnalyze(t *testing.T) {
+	if len(cases) < 80 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	seen := map[string]bool{}
+	for _, c := range cases {
+		if seen[c.name] {
+			t.Errorf("duplicate case name %q", c.name)
+		}
+		seen[c.name] = true
+		check(t, c, Analyze(c.sql))
+	}
+}
+
+// TestMayHitInvariant: the prefilter is true whenever the full analysis finds
+// anything, over every case and some mutations of it.
+func TestMayHitInvariant(t *testing.T) {
+	for _, c := range cases {
+		for _, s := range []string{c.sql, strings.ToUpper(c.sql), "select 1;" + c.sql, "/* x */ " + c.sql} {
+			f := analyze(s)
+			if f.Hit() && !MayHit(s) {
+				t.Errorf("%s: MayHit(%q) = false but Analyze found %+v", c.name, s, f)
+			}
+			if !f.Hit() && analyze(s).Statements != CountStatements(s) {
+				t.Errorf("%s: CountStatements disagrees", c.name)
+			}
+		}
+	}
+	if MayHit("SELECT id, name FROM users WHERE email = $1") {
+		t.Error("MayHit true on a plain query")
+	}
+}
+
+func TestCountStatements(t *testing.T) {
+	for _, c := range cases {
+		if got, want := CountStatements(c.sql), analyze(c.sql).Statements; got != want {
+			t.Errorf("%s: CountStatements = %d, analyze = %d", c.name, got, want)
+		}
+	}
+}
+
+func TestRewriteFence(t *testing.T) {
+	for _, c := range []struct{ in, out string }{
+		{"select lease_fence('x', 1)", `select "lockpool".lease_fence('x', 1)`},
+		{"SELECT LockPool.Lease_Fence($1, $2); UPDATE t SET v = 1", `SELECT "lockpool".lease_fence($1, $2); UPDATE t SET v = 1`},
+		{`select "lease_fence"('x', 1)`, `select "lockpool".lease_fence('x', 1)`},
+		{"select lockpool . /* c */ lease_fence ('x', 1)", `select "lockpool".lease_fence ('x', 1)`},
+		{"select other.lease_fence('x', 1)", "select other.lease_fence('x', 1)"},
+		{"select 'lease_fence(1)' -- lease_fence(2)", "select 'lease_fence(1)' -- lease_fence(2)"},
+		{"select lease_fence", "select lease_fence"},
+		{"create function f() returns void as $$ select lease_fence('a', 1) $$ language sql", "create function f() returns void as $$ select lease_fence('a', 1) $$ language sql"},
+		{"DO $$ begin perform lease_fence('a', 1); end $$", `DO $lp$ begin perform "lockpool".lease_fence('a', 1); end $lp$`},
+		{"DO'begin perform lease_fence(''a'', 1); end'", `DO $lp$begin perform "lockpool".lease_fence('a', 1); end$lp$`},
+		{"select lease_fence(1), lease_fence(2)", `select "lockpool".lease_fence(1), "lockpool".lease_fence(2)`},
+	} {
+		if got := RewriteFence(c.in, "lockpool"); got != c.out {
+			t.Errorf("RewriteFence(%q) = %q, want %q", c.in, got, c.out)
+		}
+	}
+	if got := RewriteFence("select lease_fence(1)", `we"ird`); got != `select "we""ird".lease_fence(1)` {
+		t.Errorf("quoting schema: %q", got)
+	}
+	// The rewritten call is still seen as a fence call.
+	if f := Analyze(RewriteFence("select lease_fence('x', 1)", "lockpool")); !f.LeaseFence {
+		t.Errorf("rewritten fence not found: %+v", f)
+	}
+}
+
+func TestSetCmdSQL(t *testing.T) {
+	for _, c := range []struct {
+		c   SetCmd
+		sql string
+	}{
+		{SetCmd{Name: "search_path", Value: `public, "My Schema"`}, `SET "search_path" TO public, "My Schema"`},
+		{SetCmd{Name: "timezone", Value: "'UTC'"}, `SET TIME ZONE 'UTC'`},
+		{SetCmd{Name: "app.user_id", Value: "'42'", Local: true}, `SET LOCAL "app"."user_id" TO '42'`},
+		{SetCmd{Name: "work_mem", Reset: true}, `RESET "work_mem"`},
+		{SetCmd{All: true, Reset: true}, `RESET ALL`},
+		{SetCmd{Name: "search_path", Value: "'a, b'", Config: true}, `SELECT pg_catalog.set_config('search_path', 'a, b', false)`},
+	} {
+		if got := c.c.SQL(); got != c.sql {
+			t.Errorf("%+v.SQL() = %q, want %q", c.c, got, c.sql)
+		}
+	}
+}
+
+func TestFuncMethods(t *testing.T) {
+	n := 0
+	for f := AdvisoryLock; f <= AdvisoryUnlockAll; f++ {
+		name := f.String()
+		if lookupFunc(name) != f || lookupFuncFold(strings.ToUpper(name)) != f {
+			t.Errorf("lookup %s", name)
+		}
+		k := 0
+		for _, b := range []bool{f.SessionAcquire(), f.Xact(), f.Unlock()} {
+			if b {
+				k++
+			}
+		}
+		if k != 1 {
+			t.Errorf("%s: exactly one of SessionAcquire/Xact/Unlock expected", name)
+		}
+		if f.Try() != strings.Contains(name, "_try_") || f.Shared() != strings.HasSuffix(name, "_shared") {
+			t.Errorf("%s: Try/Shared", name)
+		}
+		if f.SessionAcquire() {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d session acquires, want 4", n)
+	}
+	if Func(0).String() != "Func(?)" || StateKind(0).String() != "StateKind(?)" || TempTable.String() != "TEMP TABLE" {
+		t.Error("String of invalid values")
+	}
+}
+
+func TestNoHitAllocs(t *testing.T) {
+	q := benchNoHit
+	if n := testing.AllocsPerRun(100, func() { _ = Analyze(q) }); n != 0 {
+		t.Errorf("Analyze no-hit allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = RewriteFence(q, "lockpool") }); n != 0 {
+		t.Errorf("RewriteFence no-hit allocates %v times", n)
+	}
+}
+
+func FuzzAnalyze(f *testing.F) {
+	for _, c := range cases {
+		f.Add(c.sql)
+	}
+	f.Add(benchNoHit)
+	f.Add("DO U&'\\0070g_advisory_lock(1)' ")
+	f.Fuzz(func(t *testing.T, s string) {
+		full := analyze(s)
+		if full.Hit() && !MayHit(s) {
+			t.Fatalf("MayHit(%q) = false but Analyze found %+v", s, full)
+		}
+		if got := Analyze(s); !reflect.DeepEqual(got, full) && got.Hit() {
+			t.Fatalf("Analyze differs from analyze on %q", s)
+		}
+		if n := CountStatements(s); n != full.Statements {
+			t.Fatalf("CountStatements(%q) = %d, analyze = %d", s, n, full.Statements)
+		}
+		out := RewriteFence(s, "lockpool")
+		if !full.LeaseFence && !strings.Contains(strings.ToLower(s), "do") && !strings.Contains(strings.ToLower(s), "execute") && out != s {
+			t.Fatalf("RewriteFence changed %q to %q without a fence call", s, out)
+		}
+	})
+}
