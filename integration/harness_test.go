@@ -50,12 +50,12 @@ type lp struct {
 
 // appYAML describes one application for startLockpool.
 type appYAML struct {
-	name, user, db      string
-	max, pinned         int
-	advisory, state     string
-	wait                string
-	mode                string
-	extra               string
+	name, user, db  string
+	max, pinned     int
+	advisory, state string
+	wait            string
+	mode            string
+	extra           string
 }
 
 func defaultApp() appYAML {
