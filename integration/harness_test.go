@@ -25,12 +25,17 @@ const appPassword = "app-secret-pw"
 func TestMain(m *testing.M) {
 	os.Exit(pgtest.RunMain(m, func(c *pgtest.Cluster) error {
 		ctx := context.Background()
-		for _, u := range []string{"app", "app2", "jobs", "rejecter", "other"} {
+		for _, u := range []string{"app", "app2", "jobs", "rejecter", "other",
+			// issue 2 acceptance tests: one role per test that counts backends in pg_stat_activity.
+			"bench", "hup", "dier", "params", "pooler", "psqlr"} {
 			if err := c.CreateRole(ctx, u, appPassword); err != nil {
 				return err
 			}
 		}
 		if err := c.CreateDatabase(ctx, "appdb", "app"); err != nil {
+			return err
+		}
+		if err := c.CreateDatabase(ctx, "benchdb", "bench"); err != nil {
 			return err
 		}
 		return c.Exec(ctx, "appdb", "GRANT ALL ON SCHEMA public TO PUBLIC; GRANT CREATE ON DATABASE appdb TO PUBLIC")

@@ -25,6 +25,7 @@ const (
 	nocUser = "noc"
 	nocPW   = "noc pw"
 	nocDB   = "nocdb"
+	capDB   = "capdb2"
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +35,9 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		if err := c.CreateDatabase(ctx, appDB, appUser); err != nil {
+			return err
+		}
+		if err := c.CreateDatabase(ctx, capDB, appUser); err != nil {
 			return err
 		}
 		if err := c.CreateRole(ctx, nocUser, nocPW); err != nil {
@@ -47,6 +51,7 @@ type storeOpt func(*Options)
 
 func newStore(t *testing.T, c *pgtest.Cluster, schema, instance string, more ...storeOpt) (*Store, *prometheus.Registry) {
 	t.Helper()
+	dropSchema(t, c, appDB, schema)
 	reg := prometheus.NewRegistry()
 	opts := Options{
 		Schema:     schema,
@@ -66,6 +71,29 @@ func newStore(t *testing.T, c *pgtest.Cluster, schema, instance string, more ...
 	t.Cleanup(s.Close)
 	return s, reg
 }
+
+// dropSchema removes what an earlier run (-count) left behind.
+func dropSchema(t *testing.T, c *pgtest.Cluster, db, schema string) {
+	t.Helper()
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	created.Lock()
+	defer created.Unlock()
+	key := db + "/" + schema
+	if created.m[key] == t {
+		return // a second store of the same test
+	}
+	created.m[key] = t
+	if err := c.Exec(context.Background(), db, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var created = struct {
+	sync.Mutex
+	m map[string]*testing.T
+}{m: map[string]*testing.T{}}
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
@@ -672,6 +700,7 @@ func TestKeeperMarksLost(t *testing.T) {
 func TestNoCreatePrivilege(t *testing.T) {
 	c := pgtest.Require(t)
 	ctx := ctxT(t, time.Minute)
+	dropSchema(t, c, nocDB, DefaultSchema)
 	s, err := New(Options{
 		InstanceID: "noc",
 		ConnConfig: func(db string) (*pgx.ConnConfig, error) { return pgx.ParseConfig(c.DSN(nocUser, nocPW, db)) },
@@ -725,9 +754,6 @@ func TestConnectionCap(t *testing.T) {
 		}
 	})
 	ctx := ctxT(t, time.Minute)
-	if err := c.Exec(ctx, "postgres", "CREATE DATABASE capdb2 OWNER app"); err != nil {
-		t.Fatal(err)
-	}
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)
@@ -735,7 +761,7 @@ func TestConnectionCap(t *testing.T) {
 			defer wg.Done()
 			db := appDB
 			if i%2 == 1 {
-				db = "capdb2"
+				db = capDB
 			}
 			ss := s.NewSession(db, uint64(i))
 			if _, ok, err := ss.Acquire(ctx, fmt.Sprint("n", i), time.Second, 0); !ok || err != nil {

@@ -57,4 +57,39 @@ func (s *session) closeLeases() {}
 
 // trackSets notes SET/RESET statements so the relay reads the values back
 // once the statement completes.
-func (s *session) trackSets(f *rewrite.Findings) {}
+func (s *session) trackSets(f *rewrite.Findings) {
+	if len(f.Sets) == 0 && !hasRoleChange(f) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range f.Sets {
+		if c.Local {
+			continue
+		}
+		s.setsPending = true
+		if c.All {
+			s.setsAll = true
+			continue
+		}
+		s.setNames = append(s.setNames, c.Name)
+	}
+	for _, c := range f.State {
+		if c.Kind == rewrite.SetConfig {
+			// set_config with computed arguments: read back what we know of.
+			s.setsPending = true
+			if c.Name != "" {
+				s.setNames = append(s.setNames, c.Name)
+			}
+		}
+	}
+}
+
+func hasRoleChange(f *rewrite.Findings) bool {
+	for _, c := range f.State {
+		if c.Kind == rewrite.SetConfig {
+			return true
+		}
+	}
+	return false
+}

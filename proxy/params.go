@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"errors"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/lockpool/lockpool/pool"
 )
@@ -38,7 +40,7 @@ var startupSkip = map[string]bool{"user": true, "database": true, "options": tru
 // forbiddenParams may not be set from the startup packet through lockpool.
 var forbiddenParams = map[string]bool{"session_authorization": true, "role": true, "is_superuser": true, "server_version": true, "server_encoding": true, "integer_datetimes": true, "in_hot_standby": true}
 
-func (p *clientParams) init(startup map[string]string) {
+func (p *clientParams) init(startup map[string]string) map[string]string {
 	p.vals = make(map[string]string, len(startup))
 	for k, v := range startup {
 		if startupSkip[k] {
@@ -46,6 +48,11 @@ func (p *clientParams) init(startup map[string]string) {
 		}
 		p.vals[lower(k)] = v
 	}
+	out := make(map[string]string, len(p.vals))
+	for k, v := range p.vals {
+		out[k] = v
+	}
+	return out
 }
 
 func (p *clientParams) set(name, val string) {
@@ -276,4 +283,105 @@ func quoteGUC(k string) string {
 		parts[i] = `"` + strings.ReplaceAll(p, `"`, `""`) + `"`
 	}
 	return strings.Join(parts, ".")
+}
+
+// readBackSets reads the values of parameters the client changed with SET,
+// RESET or set_config once its transaction is over, so they follow the
+// client to other server connections and never reach other clients. RESET
+// ALL brings back the client's startup values, as it would on a direct
+// connection. Runs on the relay with the session's connection to itself.
+func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names []string) error {
+	if st == nil {
+		return nil
+	}
+	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
+	defer sc.Net.SetDeadline(time.Time{})
+	if all {
+		// The server is back at its defaults; the client wants its startup values.
+		for k := range st.params {
+			delete(st.params, k)
+		}
+		for k, v := range st.defaults {
+			st.params[k] = v
+		}
+		s.params.vals = make(map[string]string, len(s.startup))
+		for k, v := range s.startup {
+			s.params.vals[k] = v
+		}
+		s.params.fp = ""
+		st.synced = ""
+		ps, err := s.syncParams(sc, st)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.pendingPS = append(s.pendingPS, ps...)
+		s.mu.Unlock()
+	}
+	var valid []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if n != "" && !seen[n] && validParamName(n) {
+			seen[n] = true
+			valid = append(valid, n)
+		}
+	}
+	if len(valid) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range valid {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("pg_catalog.current_setting(" + sqlLiteral(n) + ", true)")
+	}
+	if _, err := sc.Net.Write(appendQuery(nil, q.String())); err != nil {
+		return err
+	}
+	var perr error
+	err := readUntilReady(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'E':
+			perr = errors.New(errorMessage(body))
+		case 'S':
+			k, rest, ok := cstring(body)
+			if ok {
+				v, _, _ := cstring(rest)
+				st.params[lower(string(k))] = string(v)
+			}
+		case 'D':
+			p := body
+			if len(p) < 2 {
+				return
+			}
+			p = p[2:]
+			for i := 0; i < len(valid) && len(p) >= 4; i++ {
+				l := int(int32(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
+				p = p[4:]
+				k := valid[i]
+				if l < 0 {
+					delete(st.params, k)
+					s.params.reset(k)
+					continue
+				}
+				if l > len(p) {
+					return
+				}
+				v := string(p[:l])
+				p = p[l:]
+				st.params[k] = v
+				s.params.set(k, v)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if perr != nil {
+		return perr
+	}
+	st.synced = s.params.fingerprint()
+	return nil
 }

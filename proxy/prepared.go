@@ -210,7 +210,7 @@ func (s *session) onBind(n int) error {
 		}
 		f = &st.find
 	}
-	if f.Advisory || len(f.State) > 0 {
+	if f.Advisory || len(f.State) > 0 || len(f.Sets) > 0 {
 		// Decisions may wait; keep a copy of the message meanwhile.
 		body = append([]byte(nil), body...)
 		portal, rest, _ = cstring(body)
@@ -222,6 +222,7 @@ func (s *session) onBind(n int) error {
 		if !ok || err != nil {
 			return err
 		}
+		s.trackSets(f)
 	}
 	if st == nil {
 		if n >= 0 {

@@ -216,7 +216,6 @@ func (s *session) onParameterStatus(b []byte) {
 // safe point. It returns false when the relay must end.
 func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool) {
 	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	s.mu.Lock()
 	// Pop through the first boundary; entries before it whose replies never
 	// came (skipped after an error) are undone.
@@ -236,27 +235,39 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 	}
 	s.txStatus = status
 	idle := s.boundaries == 0 && !s.unsynced
-	if idle && status == 'I' && s.needProbe && !s.stopping {
+	if idle && status == 'I' && (s.needProbe || s.setsPending) && !s.stopping {
 		s.probing = true
+		probe, sets, setsAll, names := s.needProbe, s.setsPending, s.setsAll, s.setNames
+		s.needProbe, s.setsPending, s.setsAll, s.setNames = false, false, false, nil
+		st := s.st
 		s.mu.Unlock()
-		held, reason, err := s.probe(sc)
+		var held bool
+		var reason string
+		var err error
+		if sets {
+			err = s.readBackSets(sc, st, setsAll, names)
+		}
+		if probe && err == nil {
+			held, reason, err = s.probe(sc)
+		}
 		s.mu.Lock()
 		s.probing = false
-		s.needProbe = false
 		s.cond.Broadcast()
 		if err != nil {
-			s.srv.log.Warn("advisory lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
-			held, reason = true, s.pinReason
-			if reason == "" {
-				reason = "advisory_lock"
-			}
 			if isConnError(err) {
 				s.mu.Unlock()
+				s.wmu.Unlock()
 				s.relayFailed(sc, out, err, false)
 				return out[:0], false
 			}
+			if probe {
+				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				held, reason = true, s.pinReason
+			}
 		}
-		s.setPinned(held, reason)
+		if probe {
+			s.setPinned(held, reason)
+		}
 	}
 	release := idle && status == 'I' && !s.pinned && !s.app.sessionPool && !s.stopping
 	drainNow := false
@@ -287,6 +298,7 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 			_ = s.conn.Close()
 		}
 	}
+	s.wmu.Unlock()
 	return out, !release
 }
 

@@ -53,6 +53,7 @@ type session struct {
 	pid      uint32
 	secret   uint32
 	params   clientParams
+	startup  map[string]string // the client's startup parameters (RESET ALL returns to them)
 
 	// Owned by the session goroutine.
 	sout     []byte // buffered writes to the server
@@ -88,6 +89,10 @@ type session struct {
 	closed      bool
 	waitCancel  context.CancelFunc
 	stmts       map[string]*stmt
+	// SET/RESET seen: read the values back at the next idle point.
+	setsPending bool
+	setsAll     bool
+	setNames    []string
 	pendingPS   []byte // ParameterStatus to send the client with the next reply
 }
 
@@ -97,7 +102,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
 	s.cond.L = &s.mu
-	s.params.init(params)
+	s.startup = s.params.init(params)
 	return s
 }
 
@@ -637,11 +642,11 @@ func (s *session) onQuery(n int) error {
 	if f.LeaseFence && s.srv.leases != nil {
 		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
 	}
+	s.trackSets(&f)
 	if _, err := s.reserve(fwdBoundary); err != nil {
 		return s.attachFailed(err, true)
 	}
 	s.sout = appendQuery(s.sout, sql)
-	s.trackSets(&f)
 	return nil
 }
 

@@ -1,105 +1,149 @@
 package rewrite
 
-// anchor marks the bytes at which MayHit stops to look around. Each word that
-// can matter anywhere in a statement contains exactly one anchor byte that is
-// checked, so MayHit looks at every byte once and never copies:
-//
-//	'v'/'V'  "advisory"                 (the eleven advisory functions)
-//	'_'      "lease_", "set_config"     (lease virtual functions, set_config)
-//	'p'/'P'  "temp" / "temporary" word  (SELECT … INTO TEMP)
-//	'&'      U&' / U&"                  (escapes could spell any name)
-//	';'      a statement start          (statement-leading keywords)
-var anchor [256]uint8
-
-const (
-	anV = 1 + iota
-	anUnderscore
-	anP
-	anAmp
-	anSemi
-)
-
-func init() {
-	anchor['v'], anchor['V'] = anV, anV
-	anchor['_'] = anUnderscore
-	anchor['p'], anchor['P'] = anP, anP
-	anchor['&'] = anAmp
-	anchor[';'] = anSemi
-}
-
-// hasFold reports whether s[i:] starts with lower (ASCII lower case and
-// punctuation) ignoring ASCII case.
-func hasFold(s string, i int, lower string) bool {
-	if i < 0 || len(s)-i < len(lower) {
-		return false
-	}
-	for j := 0; j < len(lower); j++ {
-		c := s[i+j]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[j] {
-			return false
-		}
-	}
-	return true
-}
+import "strings"
 
 // MayHit is the byte prefilter run on every Query and Parse body. It reports
 // false only when Analyze would find nothing; it may report true for SQL that
-// turns out to contain nothing (a word inside a string, say). It does not
-// allocate and reads each byte once.
+// turns out to contain nothing (a word inside a string, say). It never
+// allocates or copies. Each pass is a SIMD strings.IndexByte over the input
+// for a byte that is rare in ordinary SQL, checked where found:
+//
+//	'('      a call: the word before it (after whitespace) may end with one
+//	         of the function names (advisory, lease_*, set_config); when a
+//	         comment may sit between name and '(' it falls back to a
+//	         per-byte search for "advisory", "lease_" and "set_config"
+//	';'      a statement start: the next word is a leading keyword
+//	'&'      U&' / U&" (escapes could spell any name)
+//	'p', 'P' the word temp/temporary (SELECT … INTO TEMP)
+//
+// plus a leading keyword at the very start.
 func MayHit(sql string) bool {
-	if leadingHit(sql, 0) {
+	s := sql
+	if leadingHit(s, 0) {
 		return true
 	}
-	s := sql
-	i := 0
-	// Eight bytes per step: one branch when none is an anchor (the usual case).
-	for ; i+8 <= len(s); i += 8 {
-		b := s[i : i+8]
-		if anchor[b[0]]|anchor[b[1]]|anchor[b[2]]|anchor[b[3]]|anchor[b[4]]|anchor[b[5]]|anchor[b[6]]|anchor[b[7]] == 0 {
-			continue
-		}
-		for j := i; j < i+8; j++ {
-			if anchor[s[j]] != 0 && anchorHit(s, j) {
-				return true
-			}
+	for i := indexFrom(s, 0, '('); i >= 0; i = indexFrom(s, i+1, '(') {
+		if callBefore(s, i) {
+			return true
 		}
 	}
-	for ; i < len(s); i++ {
-		if anchor[s[i]] != 0 && anchorHit(s, i) {
+	for i := indexFrom(s, 0, ';'); i >= 0; i = indexFrom(s, i+1, ';') {
+		if leadingHit(s, i+1) {
+			return true
+		}
+	}
+	for i := indexFrom(s, 1, '&'); i >= 0; i = indexFrom(s, i+1, '&') {
+		if s[i-1]|0x20 == 'u' && i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '"') {
+			return true
+		}
+	}
+	return tempWord(s, 'p') || tempWord(s, 'P')
+}
+
+func indexFrom(s string, from int, c byte) int {
+	if from >= len(s) {
+		return -1
+	}
+	k := strings.IndexByte(s[from:], c)
+	if k < 0 {
+		return -1
+	}
+	return from + k
+}
+
+// tempWord reports "temp" or "temporary" (any case), not followed by an
+// identifier byte, whose p is the byte p.
+func tempWord(s string, p byte) bool {
+	for i := indexFrom(s, 3, p); i >= 0; i = indexFrom(s, i+1, p) {
+		if s[i-1]|0x20 != 'm' || !hasFold(s, i-3, "temp") {
+			continue
+		}
+		j := i + 1
+		if hasFold(s, j, "orary") {
+			j += 5
+		}
+		if j >= len(s) || !identCont[s[j]] {
 			return true
 		}
 	}
 	return false
 }
 
-// anchorHit checks the words around the anchor byte s[i]. The byte before
-// the anchor is tested first: it rejects almost every anchor cheaply.
-func anchorHit(s string, i int) bool {
-	prev := byte(0)
-	if i > 0 {
-		prev = s[i-1] | 0x20
+// callNames are the functions Analyze looks for in calls.
+var callNames = [...]string{
+	"pg_advisory_lock", "pg_advisory_lock_shared", "pg_try_advisory_lock", "pg_try_advisory_lock_shared",
+	"pg_advisory_xact_lock", "pg_advisory_xact_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
+	"pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all",
+	"lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_fence", "set_config",
+}
+
+// callBefore reports whether the '(' at s[i] may follow one of callNames.
+// The word before it is taken backwards over identifier bytes (or a quoted
+// identifier) and matched as a suffix, a superset of the lexer's token.
+func callBefore(s string, i int) bool {
+	j := i
+	for {
+		crossed := false
+		for j > 0 && isSpace(s[j-1]) {
+			if s[j-1] == '\n' || s[j-1] == '\r' {
+				crossed = true
+			}
+			j--
+		}
+		if j >= 2 && s[j-1] == '/' && s[j-2] == '*' {
+			return slowHit(s) // a block comment between name and '('
+		}
+		if crossed {
+			line := s[:j]
+			if k := strings.LastIndexAny(line, "\n\r"); k >= 0 {
+				line = line[k+1:]
+			}
+			if strings.Contains(line, "--") {
+				return slowHit(s) // maybe a line comment between name and '('
+			}
+		}
+		break
 	}
-	switch anchor[s[i]] {
-	case anV: // ad[v]isory
-		return prev == 'd' && hasFold(s, i-2, "advisory")
-	case anUnderscore: // leas[e]_ , se[t]_config
-		return prev == 'e' && hasFold(s, i-5, "lease_") || prev == 't' && hasFold(s, i-3, "set_config")
-	case anP: // tem[p], tem[p]orary as a whole word
-		if prev != 'm' || !hasFold(s, i-3, "temp") {
-			return false
+	var w string
+	if j > 0 && s[j-1] == '"' {
+		k := strings.LastIndexByte(s[:j-1], '"')
+		w = s[k+1 : j-1]
+	} else {
+		k := j
+		for k > 0 && identCont[s[k-1]] {
+			k--
 		}
-		j := i + 1
-		if hasFold(s, j, "orary") {
-			j += 5
+		w = s[k:j]
+	}
+	if len(w) < len("set_config") {
+		return false
+	}
+	switch w[len(w)-1] | 0x20 {
+	case 'k', 'd', 'l', 'e', 'w', 't', 'g':
+	default:
+		return false
+	}
+	for _, n := range callNames {
+		if hasFold(w, len(w)-len(n), n) {
+			return true
 		}
-		return j >= len(s) || !identCont[s[j]]
-	case anAmp: // U&' U&"
-		return prev == 'u' && i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '"')
-	case anSemi:
-		return leadingHit(s, i+1)
+	}
+	return false
+}
+
+// slowHit is a per-byte search for the words a call name must contain.
+func slowHit(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case 'v', 'V':
+			if hasFold(s, i-2, "advisory") {
+				return true
+			}
+		case '_':
+			if hasFold(s, i-5, "lease_") || hasFold(s, i-3, "set_config") {
+				return true
+			}
+		}
 	}
 	return false
 }
@@ -135,4 +179,22 @@ func leadingHit(s string, i int) bool {
 		return foldEq(w, "deallocate")
 	}
 	return false
+}
+
+// hasFold reports whether s[i:] starts with lower (ASCII lower case and
+// punctuation) ignoring ASCII case.
+func hasFold(s string, i int, lower string) bool {
+	if i < 0 || len(s)-i < len(lower) {
+		return false
+	}
+	for j := 0; j < len(lower); j++ {
+		c := s[i+j]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[j] {
+			return false
+		}
+	}
+	return true
 }
