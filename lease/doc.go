@@ -51,6 +51,25 @@
 // client role needs no privilege on the table. It cannot be used in a READ
 // ONLY transaction or on a standby (FOR SHARE needs a writable transaction).
 //
+// In a REPEATABLE READ or SERIALIZABLE transaction, call lease_fence first:
+// the keeper updates the row every ttl/4, and a FOR SHARE on a row changed
+// after the transaction's snapshot fails with 40001 (retryable).
+//
+// While a lease is fenced, its row is locked: lease connections never wait
+// for it longer than lock_timeout (300ms). An acquire then reports the lease
+// as held (a waiting acquire retries every 250ms; the holder's own re-acquire
+// returns its token), a renewal reports whether the lease is still live
+// without extending it (the keeper retries every ttl/8), and a release fails
+// with 55P03 (Session.Close retries, then leaves the lease to its ttl).
+//
 // Lease calls are not transactional: ROLLBACK does not undo an acquire,
-// renew or release.
+// renew or release. Waiting is not fair (no FIFO among waiters).
+//
+// # Errors
+//
+// Errors meant for the client are *Error values carrying a SQLSTATE:
+// 22023 bad argument, 42501 privileges (message holds the SQL to run),
+// 55P03 release blocked by a fence, 57P01 session or store closing, 08006
+// PostgreSQL unreachable, otherwise the server's own SQLSTATE. A cancelled
+// wait returns ctx.Err() (the proxy answers 57014).
 package lease

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 )
 
 const (
@@ -779,4 +780,36 @@ func TestConnectionCap(t *testing.T) {
 	if n > 1 {
 		t.Fatalf("%d lease connections open, cap 1", n)
 	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	c := pgtest.Require(t)
+	before := goleak.IgnoreCurrent()
+	reg := prometheus.NewRegistry()
+	s, err := New(Options{
+		Schema:     "lp_leak",
+		InstanceID: "leak",
+		ConnConfig: func(db string) (*pgx.ConnConfig, error) { return pgx.ParseConfig(c.DSN(appUser, appPW, db)) },
+		Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, time.Minute)
+	a := s.NewSession(appDB, 1)
+	b := s.NewSession(appDB, 2)
+	mustAcquire(t, a, "l", 10*time.Second, 0)
+	if _, ok, err := b.Acquire(ctx, "l", time.Second, 200*time.Millisecond); ok || err != nil { // starts the LISTEN goroutine
+		t.Fatalf("b = %v, %v", ok, err)
+	}
+	s.Close() // releases a's lease
+	check := connect(t, c.SuperuserDSN(appDB))
+	var n int
+	if err := check.QueryRow(ctx, "SELECT count(*) FROM lp_leak.leases WHERE expires_at > now()").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("live leases after Store.Close = %d, %v", n, err)
+	}
+	if _, _, err := a.Acquire(ctx, "m", time.Second, 0); err == nil {
+		t.Fatal("acquire after Close succeeded")
+	}
+	goleak.VerifyNone(t, before)
 }

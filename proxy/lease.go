@@ -2,6 +2,13 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockpool/lockpool/rewrite"
@@ -32,64 +39,563 @@ type LeaseRow struct {
 	Mine               bool
 }
 
-var errLeasesOff = &pgError{Code: "0A000", Message: "lockpool: leases are not available on this lockpool instance", Hint: "Configure the leases section, or call the lease functions through a lockpool that serves them."}
+var errLeasesOff = &pgError{Code: "0A000", Message: "lockpool: leases are not available on this lockpool instance", Hint: "Run lockpool with the leases section configured."}
 
 var errLeaseWhole = &pgError{Code: "0A000", Message: "lockpool: lease functions must be the whole statement", Hint: "Call them alone: SELECT lease_acquire('name', ttl_seconds) or SELECT * FROM lease_list()."}
 
+var errLeasePipelined = &pgError{Code: "0A000", Message: "lockpool: a lease function cannot follow other statements in the same batch without a Sync", Hint: "Send the lease call in its own round trip."}
+
+// Type OIDs of the virtual functions' parameters and results.
+const (
+	oidBool        = 16
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidText        = 25
+	oidFloat4      = 700
+	oidFloat8      = 701
+	oidUnknown     = 705
+	oidVarchar     = 1043
+	oidTimestamptz = 1184
+	oidNumeric     = 1700
+)
+
+type leaseCol struct {
+	name string
+	oid  uint32
+	size int16
+}
+
+// leaseCols returns the result columns of a lease call.
+func leaseCols(c *rewrite.LeaseCall) []leaseCol {
+	switch c.Func {
+	case "lease_list":
+		return []leaseCol{{"name", oidText, -1}, {"holder", oidText, -1}, {"token", oidInt8, 8}, {"taken_at", oidTimestamptz, 8}, {"expires_at", oidTimestamptz, 8}, {"mine", oidBool, 1}}
+	case "lease_acquire":
+		return []leaseCol{{colName(c), oidInt8, 8}}
+	}
+	return []leaseCol{{colName(c), oidBool, 1}}
+}
+
+func colName(c *rewrite.LeaseCall) string {
+	if c.Alias != "" {
+		return c.Alias
+	}
+	return c.Func
+}
+
+// leaseParamTypes are the declared types of a call's parameters.
+func leaseParamTypes(c *rewrite.LeaseCall) []uint32 {
+	n := 0
+	for _, a := range c.Args {
+		if a.Kind == rewrite.ArgParam && a.Param > n {
+			n = a.Param
+		}
+	}
+	types := make([]uint32, n)
+	for i, a := range c.Args {
+		if a.Kind != rewrite.ArgParam {
+			continue
+		}
+		if i == 0 {
+			types[a.Param-1] = oidText
+		} else {
+			types[a.Param-1] = oidNumeric
+		}
+	}
+	for i := range types {
+		if types[i] == 0 {
+			types[i] = oidText
+		}
+	}
+	return types
+}
+
+// virtStmt is a prepared lease call (extended protocol).
+type virtStmt struct {
+	call  *rewrite.LeaseCall
+	types []uint32 // parameter types: the client's where given, else ours
+}
+
+// virtPortal is a bound lease call.
+type virtPortal struct {
+	vs      *virtStmt
+	params  []any // string, float64, or nil
+	formats []int16
+}
+
+func (s *session) leaseSession() (LeaseSession, error) {
+	if s.srv.leases == nil {
+		return nil, errLeasesOff
+	}
+	if s.lease == nil {
+		s.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
+	}
+	return s.lease, nil
+}
+
+// closeLeases releases the session's leases when it ends.
+func (s *session) closeLeases() {
+	if s.lease == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.lease.Close(ctx)
+}
+
+// serverIdleForLocal waits until the server owes the client nothing and
+// reports the transaction status the client should see.
+func (s *session) serverIdleForLocal() (status byte, unsynced bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.sc != nil && (s.boundaries > 0 || s.probing) {
+		s.cond.Wait()
+	}
+	if s.sc == nil {
+		return 'I', false
+	}
+	return s.txStatus, s.unsynced
+}
+
+var errAborted = &pgError{Code: "25P02", Message: "current transaction is aborted, commands ignored until end of transaction block", Hint: "Roll back the transaction."}
+
 // onLeaseQuery answers a simple-protocol lease call.
-func (s *session) onLeaseQuery(f *rewrite.Findings, sql string) error {
+func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 	if f.Lease == nil {
 		return s.fail(errLeaseWhole, true)
 	}
-	return s.fail(errLeasesOff, true)
+	status, unsynced := s.serverIdleForLocal()
+	if unsynced {
+		return s.fail(errLeasePipelined, true)
+	}
+	if status == 'E' {
+		return s.writeLocal(appendReadyForQuery(appendError(nil, 'E', errAborted), 'E'))
+	}
+	args := make([]any, len(f.Lease.Args))
+	for i, a := range f.Lease.Args {
+		switch a.Kind {
+		case rewrite.ArgString, rewrite.ArgNumber:
+			args[i] = a.Text
+		case rewrite.ArgParam:
+			return s.fail(&pgError{Code: "08P01", Message: "lockpool: there is no parameter $" + strconv.Itoa(a.Param), Hint: "Parameters need the extended protocol."}, true)
+		}
+	}
+	buf, pe := s.execLease(f.Lease, args, nil, true)
+	if pe != nil {
+		return s.fail(pe, true)
+	}
+	return s.writeLocal(appendReadyForQuery(buf, status))
 }
 
-// onLeaseParse answers an extended-protocol lease call.
+// execLease runs a lease call and encodes its result (RowDescription when
+// withDesc, DataRows, CommandComplete), preceded by lost-lease warnings.
+func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16, withDesc bool) ([]byte, *pgError) {
+	ls, err := s.leaseSession()
+	if err != nil {
+		return nil, err.(*pgError)
+	}
+	argStr := func(i int) (string, bool) {
+		if i >= len(args) || args[i] == nil {
+			return "", false
+		}
+		switch v := args[i].(type) {
+		case string:
+			return v, true
+		case float64:
+			return strconv.FormatFloat(v, 'f', -1, 64), true
+		}
+		return fmt.Sprint(args[i]), true
+	}
+	argSecs := func(i int, what string, required bool) (time.Duration, *pgError) {
+		v, ok := argStr(i)
+		if !ok {
+			if required {
+				return 0, &pgError{Code: "22004", Message: "lockpool: " + what + " must not be null", Hint: "Pass a number of seconds."}
+			}
+			return 0, nil
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 365*24*3600 {
+			return 0, &pgError{Code: "22023", Message: fmt.Sprintf("lockpool: invalid %s %q", what, v), Hint: "Pass a number of seconds between 0 and 31536000."}
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	nargs := map[string][2]int{"lease_acquire": {2, 3}, "lease_renew": {1, 1}, "lease_release": {1, 1}, "lease_list": {0, 0}}[call.Func]
+	if len(call.Args) < nargs[0] || len(call.Args) > nargs[1] {
+		return nil, &pgError{Code: "42883", Message: fmt.Sprintf("lockpool: function %s takes %d to %d arguments, got %d", call.Func, nargs[0], nargs[1], len(call.Args)), Hint: "See the Leases section of lockpool's README."}
+	}
+	var name string
+	if call.Func != "lease_list" {
+		var ok bool
+		name, ok = argStr(0)
+		if !ok || name == "" {
+			return nil, &pgError{Code: "22004", Message: "lockpool: lease name must not be null or empty", Hint: "Pass the lease name as text."}
+		}
+	}
+	ctx, done := s.waitContext()
+	defer done()
+	cols := leaseCols(call)
+	var rows [][]any
+	switch call.Func {
+	case "lease_acquire":
+		ttl, pe := argSecs(1, "ttl_seconds", true)
+		if pe != nil {
+			return nil, pe
+		}
+		if ttl <= 0 {
+			return nil, &pgError{Code: "22023", Message: "lockpool: ttl_seconds must be greater than 0", Hint: "Pass the lease's time to live in seconds."}
+		}
+		wait, pe := argSecs(2, "wait_seconds", false)
+		if pe != nil {
+			return nil, pe
+		}
+		tok, ok, err := ls.Acquire(ctx, name, ttl, wait)
+		if err != nil {
+			return nil, leaseErr(ctx, err)
+		}
+		if ok {
+			rows = [][]any{{tok}}
+		} else {
+			rows = [][]any{{nil}}
+		}
+	case "lease_renew", "lease_release":
+		var ok bool
+		var err error
+		if call.Func == "lease_renew" {
+			ok, err = ls.Renew(ctx, name)
+		} else {
+			ok, err = ls.Release(ctx, name)
+		}
+		if err != nil {
+			return nil, leaseErr(ctx, err)
+		}
+		rows = [][]any{{ok}}
+	case "lease_list":
+		list, err := ls.List(ctx)
+		if err != nil {
+			return nil, leaseErr(ctx, err)
+		}
+		for _, r := range list {
+			rows = append(rows, []any{r.Name, r.Holder, r.Token, r.TakenAt, r.ExpiresAt, r.Mine})
+		}
+	}
+	var buf []byte
+	for _, w := range ls.TakeWarnings() {
+		buf = appendError(buf, 'N', &pgError{Severity: "WARNING", Code: "01000", Message: w, Hint: "Acquire the lease again; another holder may have taken it."})
+	}
+	if withDesc {
+		buf = appendRowDescription(buf, cols, formats)
+	}
+	for _, r := range rows {
+		buf = appendDataRow(buf, cols, r, formats)
+	}
+	buf, start := appendHeader(buf, 'C')
+	buf = appendCString(buf, "SELECT "+strconv.Itoa(len(rows)))
+	buf = finishMsg(buf, start)
+	return buf, nil
+}
+
+func leaseErr(ctx context.Context, err error) *pgError {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return errCanceled
+	}
+	var pe *pgError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	if pe, ok := leaseError(err); ok {
+		return pe
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "lockpool:") {
+		msg = "lockpool: lease operation failed: " + msg
+	}
+	code := "58000"
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) && coded.SQLState() != "" {
+		code = coded.SQLState()
+	}
+	return &pgError{Code: code, Message: msg, Hint: "Check lockpool's log and the lease schema in PostgreSQL."}
+}
+
+func formatFor(formats []int16, i int) int16 {
+	switch len(formats) {
+	case 0:
+		return 0
+	case 1:
+		return formats[0]
+	}
+	if i < len(formats) {
+		return formats[i]
+	}
+	return 0
+}
+
+func appendRowDescription(buf []byte, cols []leaseCol, formats []int16) []byte {
+	buf, start := appendHeader(buf, 'T')
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
+	for i, c := range cols {
+		buf = appendCString(buf, c.name)
+		buf = binary.BigEndian.AppendUint32(buf, 0)
+		buf = binary.BigEndian.AppendUint16(buf, 0)
+		buf = binary.BigEndian.AppendUint32(buf, c.oid)
+		buf = binary.BigEndian.AppendUint16(buf, uint16(c.size))
+		buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+		buf = binary.BigEndian.AppendUint16(buf, uint16(formatFor(formats, i)))
+	}
+	return finishMsg(buf, start)
+}
+
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []byte {
+	buf, start := appendHeader(buf, 'D')
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
+	for i, v := range row {
+		if v == nil {
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
+			continue
+		}
+		bin := formatFor(formats, i) == 1
+		var val []byte
+		switch x := v.(type) {
+		case string:
+			val = []byte(x)
+		case int64:
+			if bin {
+				val = binary.BigEndian.AppendUint64(nil, uint64(x))
+			} else {
+				val = strconv.AppendInt(nil, x, 10)
+			}
+		case bool:
+			switch {
+			case bin && x:
+				val = []byte{1}
+			case bin:
+				val = []byte{0}
+			case x:
+				val = []byte{'t'}
+			default:
+				val = []byte{'f'}
+			}
+		case time.Time:
+			if bin {
+				val = binary.BigEndian.AppendUint64(nil, uint64(x.Sub(pgEpoch).Microseconds()))
+			} else {
+				val = []byte(x.UTC().Format("2006-01-02 15:04:05.999999") + "+00")
+			}
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(val)))
+		buf = append(buf, val...)
+	}
+	return finishMsg(buf, start)
+}
+
+// onLeaseParse handles Parse of a lease call: answered by lockpool.
 func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) error {
 	if f.Lease == nil {
 		return s.fail(errLeaseWhole, false)
 	}
-	return s.fail(errLeasesOff, false)
-}
-
-// closeLeases releases the session's leases when it ends.
-func (s *session) closeLeases() {}
-
-// trackSets notes SET/RESET statements so the relay reads the values back
-// once the statement completes.
-func (s *session) trackSets(f *rewrite.Findings) {
-	if len(f.Sets) == 0 && !hasRoleChange(f) {
-		return
+	if s.srv.leases == nil {
+		return s.fail(errLeasesOff, false)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range f.Sets {
-		if c.Local {
-			continue
-		}
-		s.setsPending = true
-		if c.All {
-			s.setsAll = true
-			continue
-		}
-		s.setNames = append(s.setNames, c.Name)
+	_, unsynced := s.serverIdleForLocal()
+	if unsynced {
+		return s.fail(errLeasePipelined, false)
 	}
-	for _, c := range f.State {
-		if c.Kind == rewrite.SetConfig {
-			// set_config with computed arguments: read back what we know of.
-			s.setsPending = true
-			if c.Name != "" {
-				s.setNames = append(s.setNames, c.Name)
+	vs := &virtStmt{call: f.Lease, types: leaseParamTypes(f.Lease)}
+	// The client's declared parameter types win where given.
+	_, tail, _ := cstring(rest)
+	if len(tail) >= 2 {
+		n := int(binary.BigEndian.Uint16(tail))
+		tail = tail[2:]
+		for i := 0; i < n && len(tail) >= 4; i++ {
+			oid := binary.BigEndian.Uint32(tail)
+			tail = tail[4:]
+			if oid != 0 && i < len(vs.types) {
+				vs.types[i] = oid
 			}
 		}
 	}
+	if s.virt == nil {
+		s.virt = make(map[string]*virtStmt)
+	}
+	s.virt[name] = vs
+	return s.writeLocal([]byte{'1', 0, 0, 0, 4})
 }
 
-func hasRoleChange(f *rewrite.Findings) bool {
-	for _, c := range f.State {
-		if c.Kind == rewrite.SetConfig {
-			return true
-		}
+// virtualStmt returns the lease call prepared under name, if any.
+func (s *session) virtualStmt(name []byte) *virtStmt {
+	if s.virt == nil {
+		return nil
 	}
-	return false
+	return s.virt[string(name)]
+}
+
+// forgetVirtual drops a virtual statement when the client reuses the name.
+func (s *session) forgetVirtual(name []byte) {
+	if s.virt != nil {
+		delete(s.virt, string(name))
+	}
+}
+
+// bindVirtual handles Bind of a lease call.
+func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
+	// tail: int16 nfmt, formats, int16 nparams, params, int16 nres, result formats.
+	rd := func(n int) ([]byte, bool) {
+		if len(tail) < n {
+			return nil, false
+		}
+		b := tail[:n]
+		tail = tail[n:]
+		return b, true
+	}
+	bad := func() error { return protoErrorf("invalid Bind message") }
+	b, ok := rd(2)
+	if !ok {
+		return bad()
+	}
+	nf := int(binary.BigEndian.Uint16(b))
+	pf := make([]int16, nf)
+	for i := range pf {
+		if b, ok = rd(2); !ok {
+			return bad()
+		}
+		pf[i] = int16(binary.BigEndian.Uint16(b))
+	}
+	if b, ok = rd(2); !ok {
+		return bad()
+	}
+	np := int(binary.BigEndian.Uint16(b))
+	if np != len(vs.types) {
+		return s.fail(&pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: bind message supplies %d parameters, but prepared statement requires %d", np, len(vs.types))}, false)
+	}
+	params := make([]any, np)
+	for i := 0; i < np; i++ {
+		if b, ok = rd(4); !ok {
+			return bad()
+		}
+		l := int32(binary.BigEndian.Uint32(b))
+		if l < 0 {
+			continue
+		}
+		v, ok := rd(int(l))
+		if !ok {
+			return bad()
+		}
+		val, err := decodeParam(v, formatFor(pf, i), vs.types[i])
+		if err != nil {
+			return s.fail(&pgError{Code: "22P02", Message: "lockpool: invalid lease function argument: " + err.Error(), Hint: "Pass the lease name as text and seconds as numbers."}, false)
+		}
+		params[i] = val
+	}
+	if b, ok = rd(2); !ok {
+		return bad()
+	}
+	nr := int(binary.BigEndian.Uint16(b))
+	rf := make([]int16, nr)
+	for i := range rf {
+		if b, ok = rd(2); !ok {
+			return bad()
+		}
+		rf[i] = int16(binary.BigEndian.Uint16(b))
+	}
+	if s.vportals == nil {
+		s.vportals = make(map[string]*virtPortal)
+	}
+	s.vportals[string(portal)] = &virtPortal{vs: vs, params: params, formats: rf}
+	return s.writeLocal([]byte{'2', 0, 0, 0, 4})
+}
+
+// decodeParam decodes one lease-call parameter.
+func decodeParam(v []byte, format int16, oid uint32) (any, error) {
+	if format == 0 {
+		return string(v), nil
+	}
+	switch oid {
+	case oidText, oidVarchar, oidUnknown:
+		return string(v), nil
+	case oidInt2:
+		if len(v) == 2 {
+			return float64(int16(binary.BigEndian.Uint16(v))), nil
+		}
+	case oidInt4:
+		if len(v) == 4 {
+			return float64(int32(binary.BigEndian.Uint32(v))), nil
+		}
+	case oidInt8:
+		if len(v) == 8 {
+			return float64(int64(binary.BigEndian.Uint64(v))), nil
+		}
+	case oidFloat4:
+		if len(v) == 4 {
+			return float64(math.Float32frombits(binary.BigEndian.Uint32(v))), nil
+		}
+	case oidFloat8:
+		if len(v) == 8 {
+			return math.Float64frombits(binary.BigEndian.Uint64(v)), nil
+		}
+	case oidNumeric:
+		return decodeNumeric(v)
+	}
+	return nil, fmt.Errorf("unsupported binary parameter of type %d", oid)
+}
+
+// decodeNumeric decodes PostgreSQL's binary numeric.
+func decodeNumeric(v []byte) (any, error) {
+	if len(v) < 8 {
+		return nil, errors.New("short numeric")
+	}
+	ndigits := int(binary.BigEndian.Uint16(v))
+	weight := int(int16(binary.BigEndian.Uint16(v[2:])))
+	sign := binary.BigEndian.Uint16(v[4:])
+	if sign == 0xC000 {
+		return nil, errors.New("NaN")
+	}
+	if len(v) < 8+2*ndigits {
+		return nil, errors.New("short numeric")
+	}
+	r := new(big.Float)
+	base := big.NewFloat(10000)
+	for i := 0; i < ndigits; i++ {
+		d := binary.BigEndian.Uint16(v[8+2*i:])
+		r.Mul(r, base)
+		r.Add(r, big.NewFloat(float64(d)))
+	}
+	exp := weight - (ndigits - 1)
+	f, _ := r.Float64()
+	f *= math.Pow(10000, float64(exp))
+	if sign == 0x4000 {
+		f = -f
+	}
+	return f, nil
+}
+
+// describeVirtual answers Describe of a lease statement or portal.
+func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
+	var buf []byte
+	if vp == nil {
+		buf, start := appendHeader(buf, 't')
+		buf = binary.BigEndian.AppendUint16(buf, uint16(len(vs.types)))
+		for _, t := range vs.types {
+			buf = binary.BigEndian.AppendUint32(buf, t)
+		}
+		buf = finishMsg(buf, start)
+		return s.writeLocal(appendRowDescription(buf, leaseCols(vs.call), nil))
+	}
+	return s.writeLocal(appendRowDescription(buf, leaseCols(vp.vs.call), vp.formats))
+}
+
+// executeVirtual runs a bound lease call.
+func (s *session) executeVirtual(vp *virtPortal) error {
+	status, _ := s.serverIdleForLocal()
+	if status == 'E' {
+		return s.fail(errAborted, false)
+	}
+	buf, pe := s.execLease(vp.vs.call, vp.params, vp.formats, false)
+	if pe != nil {
+		return s.fail(pe, false)
+	}
+	return s.writeLocal(buf)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/rewrite"
 )
 
 // clientParams are the parameter values a client should see: what it sent
@@ -384,4 +385,42 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 	}
 	st.synced = s.params.fingerprint()
 	return nil
+}
+
+// trackSets notes SET/RESET statements so the relay reads the values back
+// once the statement's transaction is over.
+func (s *session) trackSets(f *rewrite.Findings) {
+	if len(f.Sets) == 0 && !hasSetConfig(f) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range f.Sets {
+		if c.Local {
+			continue
+		}
+		s.setsPending = true
+		if c.All {
+			s.setsAll = true
+			continue
+		}
+		s.setNames = append(s.setNames, c.Name)
+	}
+	for _, c := range f.State {
+		if c.Kind == rewrite.SetConfig {
+			s.setsPending = true
+			if c.Name != "" {
+				s.setNames = append(s.setNames, c.Name)
+			}
+		}
+	}
+}
+
+func hasSetConfig(f *rewrite.Findings) bool {
+	for _, c := range f.State {
+		if c.Kind == rewrite.SetConfig {
+			return true
+		}
+	}
+	return false
 }

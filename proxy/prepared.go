@@ -53,6 +53,9 @@ func (s *session) onParse(n int) error {
 		s.consume(n)
 		return protoErrorf("invalid Parse message")
 	}
+	if s.virt != nil {
+		s.forgetVirtual(name)
+	}
 	f := analyze(query)
 	if len(name) == 0 && !f.Hit() {
 		s.unnamed = rewrite.Findings{}
@@ -197,6 +200,16 @@ func (s *session) onBind(n int) error {
 		s.consume(n)
 		return protoErrorf("invalid Bind message")
 	}
+	if s.virt != nil {
+		if vs := s.virtualStmt(name); vs != nil {
+			err := s.bindVirtual(vs, append([]byte(nil), portal...), append([]byte(nil), tail...))
+			s.consume(n)
+			return err
+		}
+	}
+	if s.vportals != nil {
+		delete(s.vportals, string(portal))
+	}
 	var f *rewrite.Findings
 	var st *stmt
 	if len(name) == 0 {
@@ -284,6 +297,17 @@ func (s *session) onDescribe(n int) error {
 		s.consume(n)
 		return protoErrorf("invalid Describe message")
 	}
+	if s.virt != nil {
+		if kind == 'S' {
+			if vs := s.virtualStmt(name); vs != nil {
+				s.consume(n)
+				return s.describeVirtual(vs, nil)
+			}
+		} else if vp := s.vportals[string(name)]; vp != nil {
+			s.consume(n)
+			return s.describeVirtual(nil, vp)
+		}
+	}
 	if kind != 'S' || len(name) == 0 {
 		msg := append([]byte(nil), body...)
 		s.consume(n)
@@ -330,6 +354,19 @@ func (s *session) onClose(n int) error {
 		s.consume(n)
 		return protoErrorf("invalid Close message")
 	}
+	if s.virt != nil {
+		_, isStmt := s.virt[string(name)]
+		_, isPortal := s.vportals[string(name)]
+		if kind == 'S' && isStmt || kind == 'P' && isPortal {
+			if kind == 'S' {
+				delete(s.virt, string(name))
+			} else {
+				delete(s.vportals, string(name))
+			}
+			s.consume(n)
+			return s.writeLocal([]byte{'3', 0, 0, 0, 4})
+		}
+	}
 	if kind == 'S' && len(name) > 0 {
 		s.mu.Lock()
 		delete(s.stmts, string(name))
@@ -352,4 +389,25 @@ func (s *session) onClose(n int) error {
 	}
 	s.sout = appendFrame(s.sout, 'C', msg)
 	return nil
+}
+
+// onExecute handles Execute: a bound lease call is run by lockpool, any
+// other portal is the server's.
+func (s *session) onExecute(n int) error {
+	if s.vportals != nil && n <= s.r.Size() {
+		body, err := s.body(n)
+		if err != nil {
+			return err
+		}
+		portal, _, ok := cstring(body)
+		if !ok {
+			s.consume(n)
+			return protoErrorf("invalid Execute message")
+		}
+		if vp := s.vportals[string(portal)]; vp != nil {
+			s.consume(n)
+			return s.executeVirtual(vp)
+		}
+	}
+	return s.forwardRaw('E', n, fwdUnsynced)
 }

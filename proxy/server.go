@@ -25,8 +25,10 @@ type Options struct {
 	Config     *config.Config
 	Logger     *slog.Logger          // nil: slog.Default()
 	Registerer prometheus.Registerer // nil: no metrics are registered
-	// Leases answers the lease functions; nil disables them (0A000).
-	Leases LeaseStore
+	// Leases answers the lease functions; nil builds lockpool's own store
+	// from the config (unless NoLeases).
+	Leases   LeaseStore
+	NoLeases bool
 }
 
 // appState is an application's configuration as the sessions use it.
@@ -111,6 +113,14 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("proxy: pool: %w", err)
 	}
 	s.pool = pm
+	if s.leases == nil && !opts.NoLeases {
+		ls, err := newLeaseStore(opts.Config, logger, opts.Registerer)
+		if err != nil {
+			pm.Close()
+			return nil, fmt.Errorf("proxy: leases: %w", err)
+		}
+		s.leases = ls
+	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

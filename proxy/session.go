@@ -90,6 +90,10 @@ type session struct {
 	waitCancel  context.CancelFunc
 	stmts       map[string]*stmt
 	// SET/RESET seen: read the values back at the next idle point.
+	// Lease calls (owned by the session goroutine).
+	lease       LeaseSession
+	virt        map[string]*virtStmt
+	vportals    map[string]*virtPortal
 	setsPending bool
 	setsAll     bool
 	setNames    []string
@@ -161,7 +165,7 @@ func (s *session) serve() {
 		case 'H':
 			err = s.onFlush(n)
 		case 'E':
-			err = s.forwardRaw(typ, n, fwdUnsynced)
+			err = s.onExecute(n)
 		case 'F':
 			err = s.forwardRaw(typ, n, fwdBoundary)
 		case 'd', 'c', 'f':

@@ -1,7 +1,7 @@
 // Package rewrite is lockpool's SQL lexer and analyser. It runs on the body
 // of every Query and Parse message, so it is built to be cheap: MayHit is a
-// single allocation-free pass over the bytes, and only when it reports true
-// does Analyze lex the SQL.
+// few allocation-free byte passes, and only when it reports true does Analyze
+// lex the SQL.
 //
 // The package owns:
 //
@@ -34,10 +34,15 @@
 //     pg_catalog (advisory, set_config) or lockpool (lease functions).
 //   - The prefilter never misses: MayHit(sql) is true whenever Analyze(sql)
 //     would find anything (tested over every table case and by FuzzAnalyze).
-//     It looks for the anchor words "advisory", "lease_", "set_config", the
-//     word temp/temporary, U&' / U&", and a statement-leading keyword (DO,
-//     SET, RESET, CREATE, DROP, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
-//     DEALLOCATE, LOAD, DISCARD) at the start or after any ';'.
+//     It runs SIMD strings.IndexByte passes for bytes rare in ordinary SQL
+//     and checks around each: '(' preceded by a word ending in one of the
+//     function names (falling back to a per-byte search for "advisory",
+//     "lease_" and "set_config" when a comment may separate name and '('),
+//     ';' or the start followed by a statement-leading keyword (DO, SET,
+//     RESET, CREATE, DROP, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
+//     DEALLOCATE, LOAD, DISCARD), U&' or U&", and the word temp/temporary.
+//     Analyze runs MayHit first, so the common no-hit path costs one
+//     allocation-free pass.
 //   - Never panics, whatever the input: unterminated strings, identifiers and
 //     comments run to the end of the input.
 //   - The no-hit path allocates nothing; returned strings that need no

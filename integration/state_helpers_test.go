@@ -1,0 +1,157 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Helpers for the issue-5 tests (prepared statements and session state).
+
+// stName returns a lower-case SQL identifier unique to this test.
+func stName(t testing.TB, prefix string) string {
+	r := strings.NewReplacer("/", "_", "-", "_", ".", "_", "#", "_")
+	n := strings.ToLower(prefix + "_" + r.Replace(t.Name()))
+	if len(n) > 60 {
+		n = n[:60]
+	}
+	return n
+}
+
+// stPgErr returns err as a *pgconn.PgError, or nil.
+func stPgErr(err error) *pgconn.PgError {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// stWantReject checks that err is lockpool's 0A000 refusal with a hint.
+func stWantReject(t testing.TB, what string, err error) {
+	t.Helper()
+	pe := stPgErr(err)
+	switch {
+	case err == nil:
+		t.Errorf("%s: want SQLSTATE 0A000 under session_state: reject, got success", what)
+	case pe == nil:
+		t.Errorf("%s: want SQLSTATE 0A000, got non-PostgreSQL error %v", what, err)
+	case pe.Code != "0A000":
+		t.Errorf("%s: want SQLSTATE 0A000, got %s: %s", what, pe.Code, pe.Message)
+	case pe.Hint == "":
+		t.Errorf("%s: 0A000 without a hint: %s", what, pe.Message)
+	case !strings.HasPrefix(pe.Message, "lockpool:"):
+		t.Errorf("%s: message does not start with \"lockpool:\": %s", what, pe.Message)
+	default:
+		t.Logf("%s: %s (hint: %s)", what, pe.Message, pe.Hint)
+	}
+}
+
+// pinned is the lockpool_pinned_sessions gauge of app, summed over reasons
+// (reason == "") or for one reason.
+func (l *lp) pinned(app, reason string) float64 {
+	labels := map[string]string{"app": app}
+	if reason != "" {
+		labels["reason"] = reason
+	}
+	return l.metric("lockpool_pinned_sessions", labels)
+}
+
+// wantPinned waits until the pinned gauge of app (for reason, or all
+// reasons) is want.
+func (l *lp) wantPinned(t testing.TB, app, reason string, want float64) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("lockpool_pinned_sessions{app=%q,reason=%q} = %v", app, reason, want), func() bool {
+		return l.pinned(app, reason) == want
+	})
+}
+
+// backendPID returns the server backend the client's next statement runs on.
+func backendPID(t testing.TB, c *pgx.Conn) int {
+	t.Helper()
+	var pid int
+	if err := c.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatalf("pg_backend_pid: %v", err)
+	}
+	return pid
+}
+
+// pgxWorkload is the acceptance-1 program: a pgxpool in its default exec
+// mode (statement cache: named prepared statements reused per connection),
+// `goroutines` goroutines sharing `total` queries over `distinct` statements,
+// checking each result.
+type pgxWorkload struct {
+	goroutines, total, distinct, maxConns int
+}
+
+type pgxWorkloadResult struct {
+	queries  int64
+	errors   int64
+	firstErr error
+	elapsed  time.Duration
+}
+
+func (w pgxWorkload) run(ctx context.Context, url string) (pgxWorkloadResult, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return pgxWorkloadResult{}, err
+	}
+	cfg.MaxConns = int32(w.maxConns)
+	cfg.MinConns = 0
+	// Default exec mode on purpose: pgx.QueryExecModeCacheStatement.
+	if m := cfg.ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+		return pgxWorkloadResult{}, fmt.Errorf("pgx default exec mode is %v, want cache_statement", m)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return pgxWorkloadResult{}, err
+	}
+	defer pool.Close()
+	stmts := make([]string, w.distinct)
+	for i := range stmts {
+		stmts[i] = fmt.Sprintf("SELECT $1::int + %d", i)
+	}
+	var next, done, nerr atomic.Int64
+	var once sync.Once
+	var first error
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < w.goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(w.total) || ctx.Err() != nil {
+					return
+				}
+				k := int(i) % w.distinct
+				x := int(i % 1000003)
+				var got int
+				err := pool.QueryRow(ctx, stmts[k], x).Scan(&got)
+				if err == nil && got != x+k {
+					err = fmt.Errorf("%s with $1=%d returned %d, want %d", stmts[k], x, got, x+k)
+				}
+				done.Add(1)
+				if err != nil {
+					nerr.Add(1)
+					once.Do(func() { first = fmt.Errorf("goroutine %d, query %d: %w", g, i, err) })
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	res := pgxWorkloadResult{queries: done.Load(), errors: nerr.Load(), elapsed: time.Since(start)}
+	once.Do(func() {})
+	res.firstErr = first
+	return res, nil
+}

@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/lease"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// leaseAdapter serves LeaseStore from the lease package.
+type leaseAdapter struct{ st *lease.Store }
+
+type leaseSessionAdapter struct{ ss *lease.Session }
+
+func (a leaseAdapter) NewSession(database string, id uint64) LeaseSession {
+	return leaseSessionAdapter{a.st.NewSession(database, id)}
+}
+func (a leaseAdapter) Schema() string { return a.st.Schema() }
+func (a leaseAdapter) Close()         { a.st.Close() }
+
+func (l leaseSessionAdapter) Acquire(ctx context.Context, name string, ttl, wait time.Duration) (int64, bool, error) {
+	return l.ss.Acquire(ctx, name, ttl, wait)
+}
+func (l leaseSessionAdapter) Renew(ctx context.Context, name string) (bool, error) {
+	return l.ss.Renew(ctx, name)
+}
+func (l leaseSessionAdapter) Release(ctx context.Context, name string) (bool, error) {
+	return l.ss.Release(ctx, name)
+}
+func (l leaseSessionAdapter) TakeWarnings() []string    { return l.ss.TakeWarnings() }
+func (l leaseSessionAdapter) Close(ctx context.Context) { l.ss.Close(ctx) }
+func (l leaseSessionAdapter) List(ctx context.Context) ([]LeaseRow, error) {
+	rows, err := l.ss.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LeaseRow, len(rows))
+	for i, r := range rows {
+		out[i] = LeaseRow{Name: r.Name, Holder: r.Holder, Token: r.Token, TakenAt: r.TakenAt, ExpiresAt: r.ExpiresAt, Mine: r.Mine}
+	}
+	return out, nil
+}
+
+// newLeaseStore builds the lease store lockpool serves lease_* from. Its
+// connections log in as the first application user configured for the
+// database (or any database).
+func newLeaseStore(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
+	st, err := lease.New(lease.Options{
+		Schema:         cfg.Leases.Schema,
+		MaxConnections: cfg.Leases.MaxConnections,
+		InstanceID:     cfg.InstanceID,
+		Logger:         log,
+		Registerer:     reg,
+		ConnConfig: func(database string) (*pgx.ConnConfig, error) {
+			var app *config.Application
+			for i := range cfg.Applications {
+				a := &cfg.Applications[i]
+				if a.Database == database || (app == nil && a.Database == "") {
+					app = a
+					if a.Database == database {
+						break
+					}
+				}
+			}
+			if app == nil {
+				return nil, fmt.Errorf("lockpool: no application is configured for database %q", database)
+			}
+			pc, err := pgx.ParseConfig("sslmode=disable")
+			if err != nil {
+				return nil, err
+			}
+			pc.Host = cfg.Server.Host
+			pc.Port = uint16(cfg.Server.Port)
+			pc.User = app.User
+			if u, ok := cfg.UserByName(app.User); ok {
+				pc.Password = u.Password
+			}
+			pc.Database = database
+			pc.ConnectTimeout = cfg.Server.ConnectTimeout
+			return pc, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leaseAdapter{st}, nil
+}
+
+// leaseError maps lease package errors to client errors.
+func leaseError(err error) (*pgError, bool) {
+	var le *lease.Error
+	if errors.As(err, &le) {
+		return &pgError{Code: le.Code, Message: le.Message, Hint: le.Hint}, true
+	}
+	return nil, false
+}
