@@ -66,10 +66,11 @@ func TestDefaults(t *testing.T) {
 		ClientLoginTimeout:     15 * time.Second,
 		IdleTransactionTimeout: 0,
 		MaxMessageSize:         64 << 20,
+		MaxClientConnections:   10000,
 		TLS:                    nil,
 		Server: Server{
 			Host: "127.0.0.1", Port: 5432, MaxConnections: 20,
-			IdleTimeout: 60 * time.Second, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second,
+			IdleTimeout: 60 * time.Second, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, TLS: "prefer",
 		},
 		Users: []User{{Name: "app", Password: "pw"}},
 		Applications: []Application{{
@@ -98,10 +99,11 @@ func TestFull(t *testing.T) {
 		ClientLoginTimeout:     250 * time.Millisecond,
 		IdleTransactionTimeout: 2 * time.Minute,
 		MaxMessageSize:         1 << 20,
+		MaxClientConnections:   10000,
 		TLS:                    &TLS{CertFile: "/etc/lockpool/server.crt", KeyFile: "/etc/lockpool/server.key"},
 		Server: Server{
 			Host: "/var/run/postgresql", Port: 5433, MaxConnections: 50,
-			IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, ConnectTimeout: time.Second,
+			IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, ConnectTimeout: time.Second, TLS: "prefer",
 		},
 		Users: []User{{Name: "app", Password: "p@ss: w0rd #not-a-comment"}, {Name: "worker", Password: "w"}},
 		Applications: []Application{

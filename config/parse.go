@@ -91,6 +91,7 @@ func defaults() *Config {
 		ClientLoginTimeout:     15 * time.Second,
 		IdleTransactionTimeout: 0,
 		MaxMessageSize:         defaultMaxMessageSize,
+		MaxClientConnections:   10000,
 		Server: Server{
 			Host:           "127.0.0.1",
 			Port:           5432,
@@ -98,6 +99,7 @@ func defaults() *Config {
 			IdleTimeout:    60 * time.Second,
 			MaxLifetime:    time.Hour,
 			ConnectTimeout: 5 * time.Second,
+			TLS:            "prefer",
 		},
 		Leases: Leases{
 			Schema:         "lockpool",
@@ -130,12 +132,13 @@ func defaultInstanceID() string {
 var (
 	topKeys = []string{"listen", "admin_listen", "auth_method", "instance_id", "leak_check_interval",
 		"shutdown_timeout", "client_login_timeout", "idle_transaction_timeout", "max_message_size",
+		"max_client_connections", "admin_token",
 		"tls", "server", "users", "applications", "leases"}
-	tlsKeys    = []string{"cert_file", "key_file"}
-	serverKeys = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout"}
+	tlsKeys    = []string{"cert_file", "key_file", "required"}
+	serverKeys = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout", "tls", "ca_file"}
 	userKeys   = []string{"name", "password"}
 	appKeys    = []string{"name", "user", "database", "pool_mode", "max_connections", "max_pinned",
-		"advisory_locks", "session_state", "wait_timeout", "max_prepared_statements"}
+		"advisory_locks", "session_state", "wait_timeout", "max_prepared_statements", "max_clients"}
 	leasesKeys = []string{"schema", "max_connections"}
 )
 
@@ -406,6 +409,22 @@ func (p *parser) str(s *section, key string, dst *string) {
 	}
 }
 
+func (p *parser) boolean(s *section, key string, dst *bool) {
+	v, shown, null, ok := p.scalar(s, key)
+	if !ok {
+		return
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "yes", "on":
+		*dst = true
+	case "false", "no", "off":
+		*dst = false
+	default:
+		_ = null
+		p.errorf(s.lineOf(key), "%s: %s is not true or false", s.name(key), shown)
+	}
+}
+
 func (p *parser) enum(s *section, key string, dst *string, options ...string) {
 	v, shown, null, ok := p.scalar(s, key)
 	if !ok {
@@ -568,6 +587,8 @@ func (p *parser) config(root *yaml.Node, cfg *Config) {
 	p.duration(top, "client_login_timeout", &cfg.ClientLoginTimeout)
 	p.duration(top, "idle_transaction_timeout", &cfg.IdleTransactionTimeout)
 	p.size(top, "max_message_size", &cfg.MaxMessageSize)
+	p.int(top, "max_client_connections", &cfg.MaxClientConnections)
+	p.str(top, "admin_token", &cfg.AdminToken)
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = defaultInstanceID()
 	}
@@ -582,6 +603,7 @@ func (p *parser) config(root *yaml.Node, cfg *Config) {
 			cfg.TLS = &TLS{}
 			p.str(s, "cert_file", &cfg.TLS.CertFile)
 			p.str(s, "key_file", &cfg.TLS.KeyFile)
+			p.boolean(s, "required", &cfg.TLS.Required)
 		}
 	}
 
@@ -593,6 +615,8 @@ func (p *parser) config(root *yaml.Node, cfg *Config) {
 	p.duration(s, "idle_timeout", &cfg.Server.IdleTimeout)
 	p.duration(s, "max_lifetime", &cfg.Server.MaxLifetime)
 	p.duration(s, "connect_timeout", &cfg.Server.ConnectTimeout)
+	p.enum(s, "tls", &cfg.Server.TLS, "disable", "prefer", "require", "verify-full")
+	p.str(s, "ca_file", &cfg.Server.CAFile)
 
 	p.usersLine = top.lineOf("users")
 	users, ok := p.list(top, "users")
@@ -623,6 +647,7 @@ func (p *parser) config(root *yaml.Node, cfg *Config) {
 		p.enum(s, "session_state", &a.SessionState, "pin", "reject", "allow")
 		p.duration(s, "wait_timeout", &a.WaitTimeout)
 		p.int(s, "max_prepared_statements", &a.MaxPreparedStatements)
+		p.int(s, "max_clients", &a.MaxClients)
 		cfg.Applications = append(cfg.Applications, a)
 	}
 

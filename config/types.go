@@ -14,6 +14,8 @@ type Config struct {
 	ClientLoginTimeout     time.Duration // client_login_timeout: startup + auth must finish within this (default 15s)
 	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (default 0 = off)
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01 (default 64 MiB)
+	MaxClientConnections   int           // max_client_connections: clients over all applications (default 10000)
+	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User
@@ -28,6 +30,7 @@ type Config struct {
 type TLS struct {
 	CertFile string // cert_file
 	KeyFile  string // key_file
+	Required bool   // required: refuse clients that do not ask for TLS (default false)
 }
 
 // Server describes the PostgreSQL server behind the proxy.
@@ -38,6 +41,8 @@ type Server struct {
 	IdleTimeout    time.Duration // idle_timeout: idle server connections are closed after this (default 60s)
 	MaxLifetime    time.Duration // max_lifetime: server connections are closed at their next release after this (default 1h)
 	ConnectTimeout time.Duration // connect_timeout: dialing + server login (default 5s)
+	TLS            string        // tls: disable | prefer | require | verify-full (default prefer)
+	CAFile         string        // ca_file: CA bundle for tls verify-full
 }
 
 // User is a login role: clients authenticate against Password and the proxy
@@ -59,6 +64,7 @@ type Application struct {
 	SessionState          string        // session_state: pin | reject | allow (default pin)
 	WaitTimeout           time.Duration // wait_timeout (default 5s)
 	MaxPreparedStatements int           // max_prepared_statements: per server connection (default 200)
+	MaxClients            int           // max_clients: logged-in clients of this application (default 0 = no limit)
 }
 
 // Leases configures the lease store.

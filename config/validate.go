@@ -48,6 +48,10 @@ func (p *parser) validate(c *Config) {
 	p.positive(srv, "idle_timeout", c.Server.IdleTimeout)
 	p.positive(srv, "max_lifetime", c.Server.MaxLifetime)
 	p.positive(srv, "connect_timeout", c.Server.ConnectTimeout)
+	if c.Server.CAFile != "" && c.Server.TLS != "verify-full" && c.Server.TLS != "require" {
+		p.errorf(srv.lineOf("ca_file"), "server.ca_file is only used with server.tls verify-full or require (got %s)", p.quote(srv, "tls", c.Server.TLS))
+	}
+	p.atLeast(top, "max_client_connections", c.MaxClientConnections, 1)
 
 	// Users.
 	if len(c.Users) == 0 && !p.usersBad {
@@ -120,6 +124,7 @@ func (p *parser) validate(c *Config) {
 		p.atLeast(s, "max_connections", a.MaxConnections, 1)
 		p.positive(s, "wait_timeout", a.WaitTimeout)
 		p.atLeast(s, "max_prepared_statements", a.MaxPreparedStatements, 1)
+		p.atLeast(s, "max_clients", a.MaxClients, 0)
 		switch {
 		case a.MaxPinned < 0:
 			p.errorf(s.lineOf("max_pinned"), "%s: max_pinned must be 0 or more (got %d)", label, a.MaxPinned)

@@ -25,14 +25,19 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 		" port=" + strconv.Itoa(srv.Port) +
 		" user=" + quoteConnValue(app.User) +
 		" dbname=" + quoteConnValue(database) +
-		" sslmode=disable"
+		" sslmode=" + serverSSLMode(srv)
+	if srv.CAFile != "" {
+		connStr += " sslrootcert=" + quoteConnValue(srv.CAFile)
+	}
 	cfg, err := pgconn.ParseConfig(connStr)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Password = app.Password
-	cfg.TLSConfig = nil
-	cfg.Fallbacks = nil
+	if srv.TLS == "" || srv.TLS == "disable" {
+		cfg.TLSConfig = nil
+		cfg.Fallbacks = nil
+	}
 	cfg.RuntimeParams = map[string]string{}
 	cfg.ValidateConnect = nil
 	cfg.AfterConnect = nil
@@ -54,6 +59,15 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 		SecretKey:     hj.SecretKey,
 		StartupParams: hj.ParameterStatuses,
 	}, nil
+}
+
+// serverSSLMode maps server.tls to a libpq sslmode.
+func serverSSLMode(srv config.Server) string {
+	switch srv.TLS {
+	case "prefer", "require", "verify-full":
+		return srv.TLS
+	}
+	return "disable"
 }
 
 // quoteConnValue quotes a keyword/value connection string value.

@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"crypto/subtle"
+	"strings"
+
 	"context"
 	"encoding/json"
+	"github.com/lockpool/lockpool/config"
 	"net/http"
 	"net/http/pprof"
 	"sort"
@@ -38,7 +42,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("/debug/locks", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/debug/locks", s.guard(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		rep, err := s.lockReport(ctx)
@@ -51,11 +55,11 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
-	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}))
+	mux.HandleFunc("/debug/pprof/", s.guard(pprof.Index))
+	mux.HandleFunc("/debug/pprof/profile", s.guard(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", s.guard(pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", s.guard(pprof.Trace))
 	return mux
 }
 
@@ -85,7 +89,7 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	if db == "" {
 		db = app.User
 	}
-	pc, err := pgconn.ParseConfig("sslmode=disable")
+	pc, err := pgconn.ParseConfig(serverTLSConnString(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -261,4 +265,36 @@ func splitInts(s string) []int {
 		n, in = 0, false
 	}
 	return out
+}
+
+// guard requires "Authorization: Bearer <admin_token>" when admin_token is set.
+func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok := s.rc.Load().cfg.AdminToken
+		if tok != "" {
+			got := r.Header.Get("Authorization")
+			if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+tok)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lockpool"`)
+				http.Error(w, "admin_token required", http.StatusUnauthorized)
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// serverTLSConnString is the sslmode part of a connection string for
+// lockpool's own connections (health probe, leases), from server.tls.
+func serverTLSConnString(cfg *config.Config) string {
+	mode := cfg.Server.TLS
+	switch mode {
+	case "prefer", "require", "verify-full":
+	default:
+		mode = "disable"
+	}
+	cs := "sslmode=" + mode
+	if cfg.Server.CAFile != "" {
+		cs += " sslrootcert='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(cfg.Server.CAFile) + "'"
+	}
+	return cs
 }

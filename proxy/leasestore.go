@@ -71,7 +71,7 @@ func newLeaseStore(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 			if app == nil {
 				return nil, fmt.Errorf("lockpool: no application is configured for database %q", database)
 			}
-			pc, err := pgx.ParseConfig("sslmode=disable")
+			pc, err := pgx.ParseConfig(serverTLSConnString(cfg))
 			if err != nil {
 				return nil, err
 			}

@@ -270,14 +270,13 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 		}
 	}
 	release := idle && status == 'I' && !s.pinned && !s.app.sessionPool && !s.stopping
-	drainNow := false
+	drainNow := idle && status == 'I' && s.draining && !s.closed
+	if drainNow {
+		s.closed = true
+	}
 	if release {
 		s.sc, s.st = nil, nil
 		s.relayDone = nil
-		drainNow = s.draining
-		if drainNow {
-			s.closed = true
-		}
 	}
 	if idle || release {
 		s.cond.Broadcast()

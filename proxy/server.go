@@ -43,6 +43,7 @@ type appState struct {
 	pinnedGauge   *prometheus.GaugeVec
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
+	clientCount   *atomic.Int64
 }
 
 // runtimeConfig is the reloadable part of the configuration.
@@ -63,13 +64,14 @@ type Server struct {
 
 	rc atomic.Pointer[runtimeConfig]
 
-	mu       sync.Mutex
-	ln       net.Listener
-	sessions map[uint32]*session // by lockpool's own backend pid
-	nextPID  uint32
-	draining bool
-	wg       sync.WaitGroup // client connections
-	done     chan struct{}  // closed when Shutdown finished
+	mu          sync.Mutex
+	ln          net.Listener
+	sessions    map[uint32]*session // by lockpool's own backend pid
+	clientCount atomic.Int64
+	nextPID     uint32
+	draining    bool
+	wg          sync.WaitGroup // client connections
+	done        chan struct{}  // closed when Shutdown finished
 
 	baseCtx context.Context
 	cancel  context.CancelFunc
@@ -182,7 +184,12 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session"}
+		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64)}
+		if old != nil {
+			if prev := old.apps[a.Name]; prev != nil {
+				as.clientCount = prev.clientCount // logged-in clients stay counted across a reload
+			}
+		}
 		s.metrics.bindApp(as)
 		rc.apps[a.Name] = as
 	}

@@ -115,6 +115,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 func (s *session) serve() {
 	s.app.clients.Inc()
 	defer s.app.clients.Dec()
+	defer s.srv.unadmit(s.app)
 	defer s.cleanup()
 	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
 	idleTx := s.srv.rc.Load().cfg.IdleTransactionTimeout
@@ -442,12 +443,16 @@ func raiseSQL(pe *pgError) string {
 // writeLocal writes lockpool's own answer. The caller made sure the server
 // owes the client nothing.
 func (s *session) writeLocal(buf []byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	// Wait (without wmu: the relay needs it to finish) until the server owes
+	// the client nothing, then write.
 	s.mu.Lock()
 	for s.sc != nil && (s.boundaries > 0 || s.probing) {
 		s.cond.Wait()
 	}
+	s.mu.Unlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
 	if len(s.pendingPS) > 0 {
 		buf = append(s.pendingPS, buf...)
 		s.pendingPS = nil
@@ -709,7 +714,7 @@ func (s *session) onFlush(n int) error {
 func (s *session) drain() {
 	s.mu.Lock()
 	s.draining = true
-	busy := s.sc != nil && !s.pinned
+	busy := s.sc != nil && (s.txStatus != 'I' || s.boundaries > 0 || s.unsynced || s.probing)
 	s.mu.Unlock()
 	if !busy {
 		s.kill(errShutdown)
@@ -740,8 +745,16 @@ func (s *session) cleanup() {
 	sc, done := s.sc, s.relayDone
 	s.mu.Unlock()
 	if sc != nil && done != nil {
-		_ = sc.Net.SetReadDeadline(time.Now())
-		<-done
+		// Wake the relay out of its read. A probe may reset the deadline
+		// meanwhile, so keep nudging until the relay is gone.
+		for stopped := false; !stopped; {
+			_ = sc.Net.SetReadDeadline(time.Now())
+			select {
+			case <-done:
+				stopped = true
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
 	}
 	s.mu.Lock()
 	sc = s.sc

@@ -130,6 +130,13 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]s
 			if err != nil {
 				return conn, br, nil, err
 			}
+			if cfg := s.rc.Load().cfg; cfg.TLS != nil && cfg.TLS.Required {
+				if _, isTLS := conn.(*tls.Conn); !isTLS {
+					return conn, br, nil, &pgError{Severity: "FATAL", Code: "28000",
+						Message: "lockpool: TLS is required for every client connection",
+						Hint:    "Connect with sslmode=require (or verify-full)."}
+				}
+			}
 			if code != protocol30 || len(unknown) > 0 {
 				// Newer minor version or _pq_ options: answer as PostgreSQL does.
 				buf, start := appendHeader(nil, 'v')
@@ -244,6 +251,15 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 			Hint:    "Add an application with this user (and database, or none for any database) to lockpool's config."}
 	}
 	as := rc.apps[app.Name]
+	if err := s.admit(as); err != nil {
+		return nil, err
+	}
+	admitted := true
+	defer func() {
+		if admitted {
+			s.unadmit(as)
+		}
+	}()
 	ss := newSession(s, conn, br, as, user, database, params)
 	if err := ss.parseOptions(params["options"]); err != nil {
 		return nil, err
@@ -268,6 +284,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 		s.unregister(ss)
 		return nil, err
 	}
+	admitted = false // the session gives its place back when it ends
 	return ss, nil
 }
 
@@ -297,4 +314,27 @@ func serverLoginError(err error, database string, as *appState) error {
 		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to read server parameters", as.cfg.Name), Hint: "Retry in a moment."}
 	}
 	return &pgError{Code: "08006", Message: "lockpool: cannot connect to the PostgreSQL server", Hint: "Check that PostgreSQL is running and reachable from lockpool.", Detail: err.Error()}
+}
+
+// admit counts a logging-in client against max_client_connections and the
+// application's max_clients.
+func (s *Server) admit(as *appState) error {
+	rc := s.rc.Load()
+	if n := s.clientCount.Add(1); int(n) > rc.cfg.MaxClientConnections && rc.cfg.MaxClientConnections > 0 {
+		s.clientCount.Add(-1)
+		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections (max_client_connections %d)", rc.cfg.MaxClientConnections),
+			Hint: "Close idle connections or raise max_client_connections."}
+	}
+	if n := as.clientCount.Add(1); as.cfg.MaxClients > 0 && int(n) > as.cfg.MaxClients {
+		as.clientCount.Add(-1)
+		s.clientCount.Add(-1)
+		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections for application %q (max_clients %d)", as.cfg.Name, as.cfg.MaxClients),
+			Hint: "Close idle connections of this application or raise its max_clients."}
+	}
+	return nil
+}
+
+func (s *Server) unadmit(as *appState) {
+	as.clientCount.Add(-1)
+	s.clientCount.Add(-1)
 }
