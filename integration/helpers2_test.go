@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -89,4 +91,24 @@ func (l *lp) connectCfg(t testing.TB, user, db string, edit func(*pgx.ConnConfig
 func uniqueName(t testing.TB, prefix string) string {
 	r := strings.NewReplacer("/", "_", "-", "_", ".", "_")
 	return strings.ToLower(prefix + "_" + r.Replace(t.Name()))
+}
+
+// sendCancel sends a raw CancelRequest to addr.
+func sendCancel(t testing.TB, addr string, pid, secret uint32) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := binary.BigEndian.AppendUint32(nil, 16)
+	b = binary.BigEndian.AppendUint32(b, 80877102)
+	b = binary.BigEndian.AppendUint32(b, pid)
+	b = binary.BigEndian.AppendUint32(b, secret)
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy closes the connection once it handled the request.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.Copy(io.Discard, c)
 }

@@ -129,7 +129,10 @@ func (s *session) leaseSession() (LeaseSession, error) {
 		return nil, errLeasesOff
 	}
 	if s.lease == nil {
-		s.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
+		ls := s.srv.leases.NewSession(s.database, uint64(s.pid))
+		s.mu.Lock()
+		s.lease = ls
+		s.mu.Unlock()
 	}
 	return s.lease, nil
 }
@@ -280,10 +283,7 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 			rows = append(rows, []any{r.Name, r.Holder, r.Token, r.TakenAt, r.ExpiresAt, r.Mine})
 		}
 	}
-	var buf []byte
-	for _, w := range ls.TakeWarnings() {
-		buf = appendError(buf, 'N', &pgError{Severity: "WARNING", Code: "01000", Message: w, Hint: "Acquire the lease again; another holder may have taken it."})
-	}
+	buf := appendLeaseWarnings(nil, ls)
 	if withDesc {
 		buf = appendRowDescription(buf, cols, formats)
 	}
@@ -598,4 +598,13 @@ func (s *session) executeVirtual(vp *virtPortal) error {
 		return s.fail(pe, false)
 	}
 	return s.writeLocal(buf)
+}
+
+// appendLeaseWarnings appends a WARNING notice for each lease the session
+// lost since the last call.
+func appendLeaseWarnings(buf []byte, ls LeaseSession) []byte {
+	for _, w := range ls.TakeWarnings() {
+		buf = appendError(buf, 'N', &pgError{Severity: "WARNING", Code: "01000", Message: w, Hint: "Acquire the lease again; another holder may have taken it."})
+	}
+	return buf
 }

@@ -270,6 +270,13 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 		}
 	}
 	release := idle && status == 'I' && !s.pinned && !s.app.sessionPool && !s.stopping
+	if idle && s.lease != nil && len(out) >= 6 {
+		// Lost-lease warnings go with the next result, before its ReadyForQuery.
+		if w := appendLeaseWarnings(nil, s.lease); len(w) > 0 {
+			rfq := append([]byte(nil), out[len(out)-6:]...)
+			out = append(append(out[:len(out)-6], w...), rfq...)
+		}
+	}
 	drainNow := idle && status == 'I' && s.draining && !s.closed
 	if drainNow {
 		s.closed = true
