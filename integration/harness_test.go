@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 		ctx := context.Background()
 		for _, u := range []string{"app", "app2", "jobs", "rejecter", "other",
 			// issue 2 acceptance tests: one role per test that counts backends in pg_stat_activity.
-			"bench", "hup", "dier", "params", "pooler", "psqlr"} {
+			"bench", "hup", "dier", "params", "pooler", "psqlr",
+			// issue 3 lock tests.
+			"lkrand"} {
 			if err := c.CreateRole(ctx, u, appPassword); err != nil {
 				return err
 			}

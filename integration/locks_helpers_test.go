@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -227,4 +230,17 @@ func lkStartWithLeakInterval(t *testing.T, serverMax int, interval string, a app
 		t.Fatalf("config: %v\n%s", err, b.String())
 	}
 	return startLockpoolConfig(t, cfg)
+}
+
+// lkDumpGoroutines writes all goroutine stacks to a file (for hangs) and
+// says where.
+func lkDumpGoroutines(t testing.TB) string {
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("lockpool-%s-%d.goroutines", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano()))
+	f, err := os.Create(name)
+	if err != nil {
+		return "goroutine dump failed: " + err.Error()
+	}
+	defer f.Close()
+	_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+	return "goroutines in " + name
 }

@@ -18,6 +18,11 @@ import (
 
 // pgDial logs in to the server with pgconn and hijacks the socket.
 func pgDial(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error) {
+	if app.Password == "" && app.SCRAM != nil {
+		if keys, ok := app.SCRAM(); ok {
+			return scramDial(ctx, srv, app, database, keys)
+		}
+	}
 	// ParseConfig is mandatory for ConnectConfig; everything that matters is
 	// set explicitly afterwards so PG* environment variables and
 	// ~/.pgpass cannot change what the pool does.

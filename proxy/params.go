@@ -407,18 +407,24 @@ func (s *session) trackSets(f *rewrite.Findings) {
 		s.setNames = append(s.setNames, c.Name)
 	}
 	for _, c := range f.State {
-		if c.Kind == rewrite.SetConfig {
+		switch {
+		case c.Kind == rewrite.SetConfig:
 			s.setsPending = true
 			if c.Name != "" {
 				s.setNames = append(s.setNames, c.Name)
 			}
+		case c.Kind == rewrite.Discard && c.Name == "all":
+			// DISCARD ALL is RESET ALL and DEALLOCATE ALL too.
+			s.setsPending, s.setsAll, s.dropPrepared = true, true, true
+		case c.Kind == rewrite.Deallocate && c.Name == "*":
+			s.setsPending, s.dropPrepared = true, true
 		}
 	}
 }
 
 func hasSetConfig(f *rewrite.Findings) bool {
 	for _, c := range f.State {
-		if c.Kind == rewrite.SetConfig {
+		if c.Kind == rewrite.SetConfig || c.Kind == rewrite.Discard || c.Kind == rewrite.Deallocate {
 			return true
 		}
 	}

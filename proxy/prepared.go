@@ -79,11 +79,18 @@ func (s *session) onParse(n int) error {
 		_, tail, _ := cstring(restCopy)
 		restCopy = append(appendCString(nil, q), tail...)
 	}
-	// Only a refusal is decided at Parse; pins are taken at Bind, when the
-	// statement runs.
-	if d := s.decide(&f); d.Action == policy.Refuse {
+	// A refusal is decided at Parse. A statement that may take a session
+	// lock takes its pin slot now too, before Parse attaches a server
+	// connection, so that waiting for the slot never holds one; the probe
+	// after the Sync frees the slot again if nothing was taken.
+	switch d := s.decide(&f); d.Action {
+	case policy.Refuse:
 		_, err := s.apply(d, &f, false)
 		return err
+	case policy.PinFirst:
+		if ok, err := s.apply(d, &f, false); !ok || err != nil {
+			return err
+		}
 	}
 	if nameS == "" {
 		s.unnamed = f

@@ -240,6 +240,10 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 		probe, sets, setsAll, names := s.needProbe, s.setsPending, s.setsAll, s.setNames
 		s.needProbe, s.setsPending, s.setsAll, s.setNames = false, false, false, nil
 		st := s.st
+		if s.dropPrepared && st != nil {
+			st.prepared = nil
+			s.dropPrepared = false
+		}
 		s.mu.Unlock()
 		var held bool
 		var reason string

@@ -91,13 +91,14 @@ type session struct {
 	stmts       map[string]*stmt
 	// SET/RESET seen: read the values back at the next idle point.
 	// Lease calls (owned by the session goroutine).
-	lease       LeaseSession
-	virt        map[string]*virtStmt
-	vportals    map[string]*virtPortal
-	setsPending bool
-	setsAll     bool
-	setNames    []string
-	pendingPS   []byte // ParameterStatus to send the client with the next reply
+	lease        LeaseSession
+	virt         map[string]*virtStmt
+	vportals     map[string]*virtPortal
+	setsPending  bool
+	setsAll      bool
+	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
+	setNames     []string
+	pendingPS    []byte // ParameterStatus to send the client with the next reply
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -357,6 +358,16 @@ func (s *session) serverWriteFailed(sc *pool.Conn) {
 // attachFailed reports a failure to get a server connection. For a pool
 // timeout the client stays connected and may retry.
 func (s *session) attachFailed(err error, simple bool) error {
+	// A pin slot taken for this statement must not outlive it: nothing will
+	// run, so nothing can be held.
+	s.mu.Lock()
+	if s.sc == nil && s.slotHeld && !s.pinned {
+		s.slotHeld = false
+		s.needProbe = false
+		s.pinReason = ""
+		s.srv.pool.ReleasePin(s.app.cfg.Name)
+	}
+	s.mu.Unlock()
 	var pe *pgError
 	switch {
 	case errors.As(err, &pe):

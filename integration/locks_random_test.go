@@ -1,0 +1,803 @@
+package integration
+
+// Issue 3, adversarial: many clients take, stack, release and abandon
+// advisory locks at random through one application with few pin slots,
+// while a checker compares pg_locks with what the clients believe they hold.
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	lkrApp       = "lkr"
+	lkrUser      = "lkrand"
+	lkrClients   = 16
+	lkrBudget    = 6
+	lkrMaxPinned = 4
+	lkrExclBase  = 9000001 // exclusive session keys
+	lkrExclN     = 8
+	lkrShBase    = 9200001 // shared session keys
+	lkrShN       = 3
+	lkrXactBase  = 9100001 // transaction-level keys
+	lkrXactN     = 4
+	lkrPhases    = 5
+	lkrPhaseDur  = 2 * time.Second
+	lkrMaxOps    = 400 // per client per phase
+	lkrGrace     = time.Second
+)
+
+// lkrKeyRange is the SQL condition selecting this test's keys in pg_locks.
+const lkrKeyExpr = "((classid::bigint << 32) | objid::bigint)"
+const lkrKeyCond = "locktype = 'advisory' AND granted AND objsubid = 1 AND " + lkrKeyExpr + " BETWEEN 9000001 AND 9299999"
+
+// lkrOwnSQL lists the advisory keys the serving backend holds.
+const lkrOwnSQL = "SELECT pg_backend_pid(), ARRAY(SELECT " + lkrKeyExpr + " FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid() ORDER BY 1)"
+
+// lkrIv is one period in which a client may hold key on backend pid: from
+// just before the acquiring statement was sent until just after the
+// releasing statement answered (or the client disconnected, plus grace).
+type lkrIv struct {
+	key    int64
+	client int
+	pid    uint32 // 0 until the acquiring statement answered: any backend
+	from   time.Time
+	to     time.Time // zero while open
+}
+
+type lkrLog struct {
+	mu    sync.Mutex
+	byKey map[int64][]*lkrIv
+}
+
+func (g *lkrLog) open(client int, key int64) *lkrIv {
+	iv := &lkrIv{key: key, client: client, from: time.Now()}
+	g.mu.Lock()
+	g.byKey[key] = append(g.byKey[key], iv)
+	g.mu.Unlock()
+	return iv
+}
+
+func (g *lkrLog) setPID(iv *lkrIv, pid uint32) {
+	g.mu.Lock()
+	iv.pid = pid
+	g.mu.Unlock()
+}
+
+func (g *lkrLog) close(iv *lkrIv, at time.Time) {
+	g.mu.Lock()
+	iv.to = at
+	g.mu.Unlock()
+}
+
+// explains reports whether some client may have held key on pid at some
+// moment between qs and qe.
+func (g *lkrLog) explains(pid uint32, key int64, qs, qe time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, iv := range g.byKey[key] {
+		if iv.from.After(qe) || (!iv.to.IsZero() && iv.to.Before(qs)) {
+			continue
+		}
+		if iv.pid == 0 || iv.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+type lkrRun struct {
+	t      *testing.T
+	l      *lp
+	log    *lkrLog
+	fails  atomic.Int64
+	dumped atomic.Bool
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (r *lkrRun) failf(format string, args ...any) {
+	if n := r.fails.Add(1); n <= 25 {
+		r.t.Errorf(format, args...)
+	} else if n == 26 {
+		r.t.Errorf("(further invariant violations not shown)")
+	}
+}
+
+func (r *lkrRun) count(what string) {
+	r.mu.Lock()
+	r.counts[what]++
+	r.mu.Unlock()
+}
+
+type lkrClient struct {
+	r     *lkrRun
+	id    int
+	rng   *rand.Rand
+	conn  *pgx.Conn
+	local string
+	held  map[int64][]*lkrIv
+	pid   uint32 // the pinned backend while held is not empty
+}
+
+// QueryExecModeDescribeExec is left out: it reuses the unnamed statement
+// across a Sync, which pgx documents as unsafe behind poolers.
+var lkrModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
+
+func (c *lkrClient) mode() pgx.QueryExecMode { return lkrModes[c.rng.Intn(len(lkrModes))] }
+
+func (c *lkrClient) connect() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.r.l.dsn(lkrUser, "appdb"))
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	c.local = conn.PgConn().Conn().LocalAddr().String()
+	return nil
+}
+
+func (c *lkrClient) heldKeys() []int64 {
+	var ks []int64
+	for k, s := range c.held {
+		if len(s) > 0 {
+			ks = append(ks, k)
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+func (c *lkrClient) push(key int64, iv *lkrIv, pid uint32) {
+	if len(c.heldKeys()) > 0 && pid != c.pid {
+		c.r.failf("client %d: took %d on backend %d while pinned to backend %d", c.id, key, pid, c.pid)
+	}
+	c.pid = pid
+	c.r.log.setPID(iv, pid)
+	c.held[key] = append(c.held[key], iv)
+}
+
+// dropAll forgets every lock, closing the intervals at `at`.
+func (c *lkrClient) dropAll(at time.Time) {
+	for k, s := range c.held {
+		for _, iv := range s {
+			c.r.log.close(iv, at)
+		}
+		delete(c.held, k)
+	}
+	c.pid = 0
+}
+
+// disconnect ends the session, abruptly (socket closed, no Terminate) or
+// not, and reconnects.
+func (c *lkrClient) disconnect(abrupt bool) {
+	at := time.Now()
+	if abrupt {
+		_ = c.conn.PgConn().Conn().Close()
+		c.r.count("disconnect-abrupt")
+	} else {
+		c.r.count("disconnect-terminate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = c.conn.Close(ctx)
+	cancel()
+	c.conn = nil
+	// lockpool must release the locks within the grace period.
+	c.dropAll(at.Add(lkrGrace))
+}
+
+func (c *lkrClient) reconnect() {
+	if c.conn != nil {
+		return
+	}
+	if err := c.connect(); err != nil {
+		c.r.failf("client %d: reconnect: %v", c.id, err)
+	}
+}
+
+// unexpected handles an error no operation should produce: report it and
+// start over with a fresh session.
+func (c *lkrClient) unexpected(op string, err error) {
+	extra := ""
+	if strings.Contains(err.Error(), "timeout") && c.r.dumped.CompareAndSwap(false, true) {
+		extra = fmt.Sprintf(" (pool stats %+v; %s)", c.r.l.srv.Pool().Stats(lkrApp), lkDumpGoroutines(c.r.t))
+	}
+	c.r.failf("client %d: %s: unexpected error %v%s", c.id, op, err, extra)
+	c.disconnect(false)
+	c.reconnect()
+}
+
+// acceptable reports 53300 (no connection or pin slot within wait_timeout).
+func (c *lkrClient) acceptable(err error) bool {
+	if lkState(err) == "53300" {
+		c.r.count("53300")
+		return true
+	}
+	return false
+}
+
+func (c *lkrClient) pickKey(base int64, n int) int64 { return base + int64(c.rng.Intn(n)) }
+
+// verifyOwn asks the serving backend which of this test's keys it holds:
+// exactly the model's keys, on the pinned backend.
+func (c *lkrClient) verifyOwn(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, extra []int64, where string) bool {
+	var pid int32
+	var keys []int64
+	if err := q.QueryRow(ctx, lkrOwnSQL, c.mode()).Scan(&pid, &keys); err != nil {
+		if c.acceptable(err) {
+			return true
+		}
+		c.unexpected("own-locks query "+where, err)
+		return false
+	}
+	want := append(c.heldKeys(), extra...)
+	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+	var got []int64
+	for _, k := range keys {
+		if k >= 9000001 && k <= 9299999 {
+			got = append(got, k)
+		}
+	}
+	if !slices.Equal(got, want) {
+		c.r.failf("client %d (%s): its backend %d holds %v, the client holds %v (pinned backend %d)", c.id, where, pid, got, want, c.pid)
+		return false
+	}
+	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+		c.r.failf("client %d (%s): served by backend %d while pinned to %d", c.id, where, pid, c.pid)
+	}
+	return true
+}
+
+func (c *lkrClient) opTry(ctx context.Context, shared bool) {
+	key, fn := c.pickKey(lkrExclBase, lkrExclN), "pg_try_advisory_lock"
+	if shared {
+		key, fn = c.pickKey(lkrShBase, lkrShN), "pg_try_advisory_lock_shared"
+	}
+	iv := c.r.log.open(c.id, key)
+	var ok bool
+	var pid int32
+	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	now := time.Now()
+	if err != nil {
+		c.r.log.close(iv, now)
+		if !c.acceptable(err) {
+			c.unexpected(fn, err)
+		}
+		return
+	}
+	if !ok {
+		c.r.log.close(iv, now)
+		c.r.count(fn + "=f")
+		if len(c.held[key]) > 0 {
+			c.r.failf("client %d: %s(%d) = false although it holds the key", c.id, fn, key)
+		}
+		return
+	}
+	c.r.count(fn + "=t")
+	c.push(key, iv, uint32(pid))
+}
+
+// opLock is a blocking pg_advisory_lock bounded by lock_timeout.
+func (c *lkrClient) opLock(ctx context.Context) {
+	var key int64
+	for i := 0; i < 4; i++ {
+		key = c.pickKey(lkrExclBase, lkrExclN)
+		if len(c.held[key]) == 0 {
+			break
+		}
+	}
+	if len(c.held[key]) > 0 {
+		return
+	}
+	iv := c.r.log.open(c.id, key)
+	var s string
+	var pid int32
+	err := c.conn.QueryRow(ctx, "SELECT pg_advisory_lock($1::bigint)::text, pg_backend_pid() FROM (SELECT set_config('lock_timeout', '100ms', true)) s", c.mode(), key).Scan(&s, &pid)
+	now := time.Now()
+	switch {
+	case err == nil:
+		c.r.count("pg_advisory_lock")
+		c.push(key, iv, uint32(pid))
+	case lkState(err) == "55P03":
+		c.r.count("pg_advisory_lock=lock_timeout")
+		// PostgreSQL may grant the lock in the instant lock_timeout fires:
+		// ask the session what it holds.
+		var p int32
+		var keys []int64
+		if err := c.conn.QueryRow(ctx, lkrOwnSQL).Scan(&p, &keys); err != nil {
+			c.r.log.close(iv, time.Now())
+			if !c.acceptable(err) {
+				c.unexpected("own-locks after lock_timeout", err)
+			}
+			return
+		}
+		if slices.Contains(keys, key) {
+			c.r.count("lock_timeout-but-granted")
+			c.push(key, iv, uint32(p))
+			return
+		}
+		c.r.log.close(iv, time.Now())
+	default:
+		c.r.log.close(iv, now)
+		if !c.acceptable(err) {
+			c.unexpected("pg_advisory_lock", err)
+		}
+	}
+}
+
+// opTryInTx takes a session lock inside an explicit transaction (it outlives
+// COMMIT and ROLLBACK alike).
+func (c *lkrClient) opTryInTx(ctx context.Context) {
+	m := c.mode()
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		if !c.acceptable(err) {
+			c.unexpected("BEGIN", err)
+		}
+		return
+	}
+	key := c.pickKey(lkrExclBase, lkrExclN)
+	iv := c.r.log.open(c.id, key)
+	var ok bool
+	var pid int32
+	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", m, key).Scan(&ok, &pid)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		c.r.log.close(iv, time.Now())
+		if !c.acceptable(err) {
+			c.unexpected("try-lock in a transaction", err)
+		}
+		return
+	}
+	if ok {
+		c.push(key, iv, uint32(pid))
+	} else if len(c.held[key]) > 0 {
+		c.r.failf("client %d: try-lock(%d) in a transaction = false although it holds the key", c.id, key)
+	}
+	end := "COMMIT"
+	if c.rng.Intn(3) == 0 {
+		end = "ROLLBACK"
+		err = tx.Rollback(ctx)
+	} else {
+		err = tx.Commit(ctx)
+	}
+	if !ok {
+		c.r.log.close(iv, time.Now())
+	}
+	c.r.count(fmt.Sprintf("try-lock-in-tx=%v/%s", ok, end))
+	if err != nil {
+		c.unexpected(end, err)
+	}
+}
+
+// opXact takes a transaction-level lock and checks the backend's view inside
+// the transaction.
+func (c *lkrClient) opXact(ctx context.Context) {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		if !c.acceptable(err) {
+			c.unexpected("BEGIN", err)
+		}
+		return
+	}
+	key := c.pickKey(lkrXactBase, lkrXactN)
+	fn := "pg_try_advisory_xact_lock"
+	if c.rng.Intn(2) == 0 {
+		fn += "_shared"
+	}
+	iv := c.r.log.open(c.id, key)
+	var ok bool
+	var pid int32
+	err = tx.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		c.r.log.close(iv, time.Now())
+		if !c.acceptable(err) {
+			c.unexpected(fn, err)
+		}
+		return
+	}
+	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
+	var extra []int64
+	if ok {
+		c.r.log.setPID(iv, uint32(pid))
+		extra = []int64{key}
+	}
+	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+		c.r.failf("client %d: transaction on backend %d while pinned to %d", c.id, pid, c.pid)
+	}
+	if !c.verifyOwn(ctx, tx, extra, "inside a transaction with an xact lock") {
+		_ = tx.Rollback(ctx)
+		c.r.log.close(iv, time.Now())
+		return
+	}
+	if c.rng.Intn(2) == 0 {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	c.r.log.close(iv, time.Now())
+	if err != nil {
+		c.unexpected("end of xact-lock transaction", err)
+	}
+}
+
+func (c *lkrClient) opUnlock(ctx context.Context, shared bool) {
+	base, n, fn := int64(lkrExclBase), lkrExclN, "pg_advisory_unlock"
+	if shared {
+		base, n, fn = lkrShBase, lkrShN, "pg_advisory_unlock_shared"
+	}
+	key := c.pickKey(base, n)
+	if c.rng.Intn(5) != 0 {
+		for _, k := range c.heldKeys() {
+			if k >= base && k < base+int64(n) {
+				key = k
+				break
+			}
+		}
+	}
+	var ok bool
+	var pid int32
+	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	now := time.Now()
+	if err != nil {
+		if !c.acceptable(err) {
+			c.unexpected(fn, err)
+		}
+		return
+	}
+	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
+	holds := len(c.held[key]) > 0
+	if ok != holds {
+		c.r.failf("client %d: %s(%d) = %v on backend %d, but the client holds it %d times (pinned backend %d)", c.id, fn, key, ok, pid, len(c.held[key]), c.pid)
+	}
+	if holds && uint32(pid) != c.pid {
+		c.r.failf("client %d: %s ran on backend %d while pinned to %d", c.id, fn, pid, c.pid)
+	}
+	if ok && holds {
+		s := c.held[key]
+		c.r.log.close(s[len(s)-1], now)
+		c.held[key] = s[:len(s)-1]
+		if len(c.held[key]) == 0 {
+			delete(c.held, key)
+		}
+		if len(c.heldKeys()) == 0 {
+			c.pid = 0
+		}
+	}
+}
+
+func (c *lkrClient) opUnlockAll(ctx context.Context) {
+	var s string
+	var pid int32
+	err := c.conn.QueryRow(ctx, "SELECT pg_advisory_unlock_all()::text, pg_backend_pid()", c.mode()).Scan(&s, &pid)
+	if err != nil {
+		if !c.acceptable(err) {
+			c.unexpected("pg_advisory_unlock_all", err)
+		}
+		return
+	}
+	c.r.count("pg_advisory_unlock_all")
+	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+		c.r.failf("client %d: unlock_all ran on backend %d while pinned to %d", c.id, pid, c.pid)
+	}
+	c.dropAll(time.Now())
+}
+
+func (c *lkrClient) opPlainTx(ctx context.Context) {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		if !c.acceptable(err) {
+			c.unexpected("BEGIN", err)
+		}
+		return
+	}
+	if !c.verifyOwn(ctx, tx, nil, "plain transaction") {
+		_ = tx.Rollback(ctx)
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		c.unexpected("COMMIT", err)
+		return
+	}
+	c.r.count("plain-transaction")
+}
+
+// step runs one random operation, then checks the session's own view.
+func (c *lkrClient) step() {
+	c.reconnect()
+	if c.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holding := len(c.heldKeys()) > 0
+	p := c.rng.Intn(100)
+	switch {
+	case holding && p < 30, !holding && p < 5:
+		c.opUnlock(ctx, false)
+	case holding && p < 37, !holding && p < 8:
+		c.opUnlock(ctx, true)
+	case holding && p < 41:
+		c.opUnlockAll(ctx)
+	case p < 55:
+		c.opTry(ctx, false)
+	case p < 62:
+		c.opTry(ctx, true)
+	case p < 72:
+		c.opLock(ctx)
+	case p < 80:
+		c.opTryInTx(ctx)
+	case p < 88:
+		c.opXact(ctx)
+	case p < 95:
+		c.opPlainTx(ctx)
+	case p < 98:
+		c.disconnect(true)
+		c.reconnect()
+		return
+	default:
+		c.disconnect(false)
+		c.reconnect()
+		return
+	}
+	if c.conn != nil && c.rng.Intn(2) == 0 {
+		c.verifyOwn(ctx, c.conn, nil, "after an operation")
+	}
+}
+
+func TestLocksRandomized(t *testing.T) {
+	t.Parallel()
+	seed := int64(20240603)
+	if s := os.Getenv("LOCKPOOL_LOCKS_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LOCKPOOL_LOCKS_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
+
+	l := startLockpool(t, 12, "", appYAML{name: lkrApp, user: lkrUser, db: "appdb", max: lkrBudget, pinned: lkrMaxPinned, advisory: "pin", state: "pin", wait: "500ms"})
+	r := &lkrRun{t: t, l: l, log: &lkrLog{byKey: map[int64][]*lkrIv{}}, counts: map[string]int{}}
+	checkSU := superConn(t, "appdb")
+	su := superConn(t, "appdb")
+
+	clients := make([]*lkrClient, lkrClients)
+	for i := range clients {
+		c := &lkrClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][]*lkrIv{}}
+		if err := c.connect(); err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	t.Cleanup(func() {
+		for _, c := range clients {
+			if c.conn != nil {
+				_ = c.conn.Close(context.Background())
+			}
+		}
+	})
+
+	// The continuous checker: every granted lock on this test's keys is one
+	// some client holds (or just released) on that very backend, and pins
+	// never exceed max_pinned.
+	var samples, maxPins atomic.Int64
+	stopCheck := lkSampler(10*time.Millisecond, func() {
+		if st := l.srv.Pool().Stats(lkrApp); st.Pinned > lkrMaxPinned {
+			r.failf("checker: %d pin slots held, max_pinned %d", st.Pinned, lkrMaxPinned)
+		}
+		g := lkPinned(l, lkrApp)
+		if int64(g) > maxPins.Load() {
+			maxPins.Store(int64(g))
+		}
+		if g > lkrMaxPinned {
+			r.failf("checker: lockpool_pinned_sessions = %v > max_pinned %d", g, lkrMaxPinned)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qs := time.Now()
+		rows, err := checkSU.Query(ctx, "SELECT pid, "+lkrKeyExpr+" FROM pg_locks WHERE "+lkrKeyCond)
+		if err != nil {
+			r.failf("checker: %v", err)
+			return
+		}
+		type row struct {
+			pid int32
+			key int64
+		}
+		var got []row
+		for rows.Next() {
+			var x row
+			if err := rows.Scan(&x.pid, &x.key); err != nil {
+				r.failf("checker: %v", err)
+			}
+			got = append(got, x)
+		}
+		rows.Close()
+		qe := time.Now()
+		for _, x := range got {
+			if !r.log.explains(uint32(x.pid), x.key, qs, qe) {
+				r.failf("checker: backend %d holds advisory lock %d, but no client holds it there (a lock outlived its session or went to another client)", x.pid, x.key)
+			}
+		}
+		samples.Add(1)
+	})
+	defer stopCheck()
+
+	ops := 0
+	for phase := 0; phase < lkrPhases; phase++ {
+		end := time.Now().Add(lkrPhaseDur)
+		var wg sync.WaitGroup
+		var phaseOps atomic.Int64
+		for _, c := range clients {
+			wg.Add(1)
+			go func(c *lkrClient) {
+				defer wg.Done()
+				for n := 0; n < lkrMaxOps && time.Now().Before(end); n++ {
+					c.step()
+					phaseOps.Add(1)
+				}
+			}(c)
+		}
+		wg.Wait()
+		ops += int(phaseOps.Load())
+		lkrBarrier(t, r, su, clients, fmt.Sprintf("after phase %d", phase+1))
+		if r.fails.Load() > 0 {
+			break
+		}
+	}
+
+	// Everyone leaves: half abruptly, half politely.
+	for _, c := range clients {
+		if c.conn != nil {
+			c.disconnect(c.id%2 == 0)
+		}
+	}
+	ctx := lkCtx(t, 10*time.Second)
+	deadline := time.Now().Add(lkrGrace)
+	for {
+		var n int
+		if err := su.QueryRow(ctx, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND (a.usename = $1 OR "+lkrKeyCond+")", lkrUser).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		pinned := lkPinned(l, lkrApp)
+		st := l.srv.Pool().Stats(lkrApp)
+		if n == 0 && pinned == 0 && st.Pinned == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("1s after every client left: %d advisory locks remain, lockpool_pinned_sessions = %v, pool stats %+v", n, pinned, st)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopCheck()
+
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.counts))
+	for k := range r.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
+	}
+	r.mu.Unlock()
+	t.Logf("seed %d: %d operations by %d clients, %d checker samples, max pinned %d;%s",
+		seed, ops, lkrClients, samples.Load(), maxPins.Load(), b.String())
+	if samples.Load() < 10 {
+		t.Errorf("the checker only ran %d times", samples.Load())
+	}
+}
+
+// lkrBarrier checks, with every client idle, that pg_locks, lockpool's pins
+// and /debug/locks agree exactly with what the clients hold.
+func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, when string) {
+	t.Helper()
+	ctx := lkCtx(t, 10*time.Second)
+	want := map[uint32][]int64{}
+	byPID := map[uint32]*lkrClient{}
+	for _, c := range clients {
+		if ks := c.heldKeys(); len(ks) > 0 {
+			if _, dup := want[c.pid]; dup {
+				r.failf("%s: clients %d and %d both believe they are pinned to backend %d", when, c.id, byPID[c.pid].id, c.pid)
+			}
+			want[c.pid] = ks
+			byPID[c.pid] = c
+		}
+	}
+	var got map[uint32][]int64
+	var pinned float64
+	var st struct{ Pinned, PinWaiting int }
+	deadline := time.Now().Add(lkrGrace + 500*time.Millisecond) // disconnects of the last moment
+	for {
+		got = map[uint32][]int64{}
+		rows, err := su.Query(ctx, "SELECT pid, "+lkrKeyExpr+" FROM pg_locks WHERE "+lkrKeyCond+" ORDER BY 1, 2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var pid int32
+			var k int64
+			if err := rows.Scan(&pid, &k); err != nil {
+				t.Fatal(err)
+			}
+			got[uint32(pid)] = append(got[uint32(pid)], k)
+		}
+		rows.Close()
+		pinned = lkPinned(r.l, lkrApp)
+		s := r.l.srv.Pool().Stats(lkrApp)
+		st.Pinned, st.PinWaiting = s.Pinned, s.PinWaiting
+		same := len(got) == len(want)
+		for pid, ks := range want {
+			if !slices.Equal(got[pid], ks) {
+				same = false
+			}
+		}
+		if same && int(pinned) == len(want) && st.Pinned == len(want) && st.PinWaiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.failf("%s: pg_locks %v, clients hold %v; lockpool_pinned_sessions %v, pin slots %d, pin waiters %d (want %d, %d, 0)",
+				when, got, want, pinned, st.Pinned, st.PinWaiting, len(want), len(want))
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := lkGetDebugLocks(t, r.l)
+	seen := map[uint32]bool{}
+	for _, h := range d.Holders {
+		var ks []int64
+		for _, lk := range h.Locks {
+			var cl, ob uint32
+			var sub int
+			if _, err := fmt.Sscanf(lk.Key, "%d:%d:%d", &cl, &ob, &sub); err != nil {
+				r.failf("%s: /debug/locks key %q: %v", when, lk.Key, err)
+				continue
+			}
+			k := int64(uint64(cl)<<32 | uint64(ob))
+			if sub == 1 && k >= 9000001 && k <= 9299999 {
+				ks = append(ks, k)
+			}
+		}
+		if len(ks) == 0 {
+			continue
+		}
+		sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+		seen[h.BackendPID] = true
+		c := byPID[h.BackendPID]
+		if c == nil {
+			r.failf("%s: /debug/locks holder %d (%s, %s) holds %v but no client is pinned there", when, h.BackendPID, h.Application, h.Client, ks)
+			continue
+		}
+		if h.Application != lkrApp || h.Reason != "advisory_lock" || h.PinnedSince.IsZero() || h.Client != c.local {
+			r.failf("%s: /debug/locks holder %d: application %q reason %q pinned_since %v client %q; want %q, advisory_lock, a time, %q (client %d)",
+				when, h.BackendPID, h.Application, h.Reason, h.PinnedSince, h.Client, lkrApp, c.local, c.id)
+		}
+		if !slices.Equal(ks, want[h.BackendPID]) {
+			r.failf("%s: /debug/locks holder %d locks %v, client %d holds %v", when, h.BackendPID, ks, c.id, want[h.BackendPID])
+		}
+	}
+	for pid, c := range byPID {
+		if !seen[pid] {
+			r.failf("%s: /debug/locks does not list client %d's backend %d", when, c.id, pid)
+		}
+	}
+}
