@@ -98,6 +98,7 @@ type pgxWorkloadResult struct {
 	errors   int64
 	firstErr error
 	elapsed  time.Duration
+	stalled  bool // no query finished for 30 s: the run was stopped
 }
 
 func (w pgxWorkload) run(ctx context.Context, url string) (pgxWorkloadResult, error) {
@@ -124,6 +125,32 @@ func (w pgxWorkload) run(ctx context.Context, url string) (pgxWorkloadResult, er
 	var once sync.Once
 	var first error
 	start := time.Now()
+	// A stall (no query finishing for 30 s) stops the run instead of
+	// waiting for the caller's deadline.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stalled atomic.Bool
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		last, lastChange := done.Load(), time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-tick.C:
+			}
+			if d := done.Load(); d != last {
+				last, lastChange = d, time.Now()
+			} else if time.Since(lastChange) > 30*time.Second {
+				stalled.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for g := 0; g < w.goroutines; g++ {
 		wg.Add(1)
@@ -150,7 +177,7 @@ func (w pgxWorkload) run(ctx context.Context, url string) (pgxWorkloadResult, er
 		}(g)
 	}
 	wg.Wait()
-	res := pgxWorkloadResult{queries: done.Load(), errors: nerr.Load(), elapsed: time.Since(start)}
+	res := pgxWorkloadResult{queries: done.Load(), errors: nerr.Load(), elapsed: time.Since(start), stalled: stalled.Load()}
 	once.Do(func() {})
 	res.firstErr = first
 	return res, nil

@@ -53,6 +53,13 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 	if err != nil {
 		return nil, err
 	}
+	// pgconn may have a background reader running after login (it starts
+	// one when a write is slow); SyncConn stops it, or it would swallow the
+	// server's first reply to lockpool.
+	if err := pc.SyncConn(ctx); err != nil {
+		_ = pc.Close(context.Background())
+		return nil, err
+	}
 	hj, err := pc.Hijack()
 	if err != nil {
 		_ = pc.Close(context.Background())

@@ -29,7 +29,7 @@ type AppConfig struct {
 	User, Password string // server login (password may be "" for trust servers)
 	// SCRAM, when Password is empty, returns keys for SCRAM pass-through
 	// (known once a client of this user logged in with SCRAM).
-	SCRAM func() (SCRAMKeys, bool)
+	SCRAM          func() (SCRAMKeys, bool)
 	MaxConnections int
 	MaxPinned      int
 	WaitTimeout    time.Duration // <= 0: wait only as long as the context allows

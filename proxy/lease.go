@@ -593,7 +593,19 @@ func (s *session) executeVirtual(vp *virtPortal) error {
 	if status == 'E' {
 		return s.fail(errAborted, false)
 	}
-	buf, pe := s.execLease(vp.vs.call, vp.params, vp.formats, false)
+	// Arguments by position: literals from the statement, $n from Bind.
+	args := make([]any, len(vp.vs.call.Args))
+	for i, a := range vp.vs.call.Args {
+		switch a.Kind {
+		case rewrite.ArgString, rewrite.ArgNumber:
+			args[i] = a.Text
+		case rewrite.ArgParam:
+			if a.Param-1 < len(vp.params) {
+				args[i] = vp.params[a.Param-1]
+			}
+		}
+	}
+	buf, pe := s.execLease(vp.vs.call, args, vp.formats, false)
 	if pe != nil {
 		return s.fail(pe, false)
 	}

@@ -88,8 +88,10 @@ func (s *session) onParse(n int) error {
 		_, err := s.apply(d, &f, false)
 		return err
 	case policy.PinFirst:
-		if ok, err := s.apply(d, &f, false); !ok || err != nil {
-			return err
+		if nameS == "" {
+			if ok, err := s.apply(d, &f, false); !ok || err != nil {
+				return err
+			}
 		}
 	}
 	if nameS == "" {
@@ -110,6 +112,20 @@ func (s *session) onParse(n int) error {
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("lockpool: prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
 	st := &stmt{name: nameS, srvName: serverStmtName(restCopy), parse: restCopy, find: f}
+	s.mu.Lock()
+	attached := s.sc != nil
+	if !attached {
+		// Lazy preparation: with no server connection attached, the
+		// statement is prepared on one when the client first needs it
+		// there (Bind or Describe), so a Parse never waits for a
+		// connection. An error in the statement then comes with that
+		// message, as the client's reply to it.
+		s.stmts[nameS] = st
+	}
+	s.mu.Unlock()
+	if !attached {
+		return s.writeLocal([]byte{'1', 0, 0, 0, 4})
+	}
 	return s.prepareOnServer(st, true)
 }
 

@@ -617,20 +617,26 @@ func (s *session) waitContext() (context.Context, func()) {
 	}
 }
 
-// cancelRunning handles a CancelRequest for this session.
+// cancelRunning handles a CancelRequest for this session. A wait in
+// lockpool (for a connection, a pin slot, a lease) ends with 57014. A
+// statement running on the server is cancelled there, while mu is held:
+// the connection cannot be given back (and reach another client) before
+// PostgreSQL has taken the cancel, and a backend that finished meanwhile
+// ignores a cancel that arrives while it is idle.
 func (s *session) cancelRunning(ctx context.Context) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.waitCancel != nil {
 		s.waitCancel()
 	}
 	sc := s.sc
-	s.mu.Unlock()
-	if sc != nil {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if err := s.srv.pool.Cancel(cctx, sc); err != nil {
-			s.srv.log.Debug("cancel failed", "err", err)
-		}
+	if sc == nil || s.boundaries == 0 && !s.unsynced {
+		return // nothing of the client's runs on the server
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.srv.pool.Cancel(cctx, sc); err != nil {
+		s.srv.log.Debug("cancel failed", "err", err)
 	}
 }
 
@@ -688,6 +694,11 @@ func (s *session) onSync(n int) error {
 	s.skipping = false
 	s.mu.Lock()
 	attached := s.sc != nil
+	if !attached && s.slotHeld && !s.pinned {
+		// Nothing ran on a server: nothing can be held.
+		s.slotHeld, s.needProbe, s.pinReason = false, false, ""
+		s.srv.pool.ReleasePin(s.app.cfg.Name)
+	}
 	s.mu.Unlock()
 	lost := s.lostUnsynced.Swap(false)
 	if !attached {
@@ -771,6 +782,7 @@ func (s *session) cleanup() {
 	sc = s.sc
 	s.sc = nil
 	clean := s.relayClean && s.boundaries == 0 && !s.unsynced && s.txStatus == 'I'
+	busy := s.boundaries > 0 || s.unsynced
 	pinned, slot := s.pinned, s.slotHeld
 	reason := s.pinReason
 	s.pinned, s.slotHeld = false, false
@@ -778,9 +790,18 @@ func (s *session) cleanup() {
 	s.mu.Unlock()
 	if sc != nil {
 		_ = sc.Net.SetReadDeadline(time.Time{})
-		if clean && s.resetServer(sc, st) {
+		switch {
+		case clean && s.resetServer(sc, st):
 			s.srv.pool.Release(sc)
-		} else {
+		case !clean && busy:
+			// A statement may still run (a lock wait, say): cancel it so
+			// the backend notices its client is gone and ends now, not
+			// when the statement would have finished.
+			ctx, cancel := context.WithTimeout(s.srv.baseCtx, 2*time.Second)
+			_ = s.srv.pool.Cancel(ctx, sc)
+			cancel()
+			s.srv.pool.Destroy(sc)
+		default:
 			s.srv.pool.Destroy(sc)
 		}
 	}
