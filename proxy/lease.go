@@ -236,8 +236,8 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 			return nil, &pgError{Code: "22004", Message: "lockpool: lease name must not be null or empty", Hint: "Pass the lease name as text."}
 		}
 	}
-	ctx, done := s.waitContext()
-	defer done()
+	ctx := s.waitContext()
+	defer s.endWait()
 	cols := leaseCols(call)
 	var rows [][]any
 	switch call.Func {

@@ -46,9 +46,9 @@ func (s *session) attach() error {
 		return errShutdown
 	}
 	s.mu.Unlock()
-	ctx, done := s.waitContext()
+	ctx := s.waitContext()
 	sc, err := s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
-	done()
+	s.endWait()
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 		s.undo(a)
 	}
 	if len(s.q) == 0 {
-		s.q = s.q[:0:0]
+		s.q = s.qbuf[:0]
 	}
 	if s.boundaries > 0 {
 		s.boundaries--

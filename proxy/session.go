@@ -45,7 +45,7 @@ type stmt struct {
 type session struct {
 	srv      *Server
 	conn     net.Conn
-	r        *bufio.Reader
+	r        *lazyReader
 	app      *appState
 	user     string
 	database string
@@ -87,7 +87,10 @@ type session struct {
 	relayClean  bool
 	draining    bool
 	closed      bool
-	waitCancel  context.CancelFunc
+	waitCtx      context.Context
+	waitCancelFn context.CancelFunc
+	waiting      bool
+	qbuf         [8]action // backing store of q while it is short
 	stmts       map[string]*stmt
 	// SET/RESET seen: read the values back at the next idle point.
 	// Lease calls (owned by the session goroutine).
@@ -102,8 +105,14 @@ type session struct {
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
+	// Carry over whatever the client sent after its login (pipelined
+	// statements) into the session's own reader.
+	var early []byte
+	if n := br.Buffered(); n > 0 {
+		early, _ = br.Peek(n)
+	}
 	s := &session{
-		srv: srv, conn: conn, r: br, app: as, user: user, database: database,
+		srv: srv, conn: conn, r: newLazyReader(conn, early), app: as, user: user, database: database,
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
 	s.cond.L = &s.mu
@@ -121,8 +130,10 @@ func (s *session) serve() {
 	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
 	idleTx := s.srv.rc.Load().cfg.IdleTransactionTimeout
 	for {
-		if s.r.Buffered() == 0 && len(s.sout) > 0 {
-			s.flushServer()
+		if s.r.Buffered() == 0 {
+			if len(s.sout) > 0 {
+				s.flushServer()
+			}
 		}
 		if idleTx > 0 {
 			s.armIdleTimeout(idleTx)
@@ -204,9 +215,11 @@ func (s *session) armIdleTimeout(d time.Duration) {
 	if inTx && s.r.Buffered() == 0 {
 		_ = s.conn.SetReadDeadline(time.Now().Add(d))
 		s.idleDL = true
+		s.r.releaseAfter = 0
 	} else if s.idleDL {
 		_ = s.conn.SetReadDeadline(time.Time{})
 		s.idleDL = false
+		s.r.releaseAfter = 2 * time.Second
 	}
 }
 
@@ -570,9 +583,9 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 		held := s.slotHeld
 		s.mu.Unlock()
 		if !held {
-			ctx, done := s.waitContext()
+			ctx := s.waitContext()
 			err := s.srv.pool.AcquirePin(ctx, s.app.cfg.Name)
-			done()
+			s.endWait()
 			if err != nil {
 				var pe *pgError
 				switch {
@@ -603,18 +616,23 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 	return true, nil
 }
 
-// waitContext returns a context that a CancelRequest ends.
-func (s *session) waitContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancel(s.srv.baseCtx)
+// waitContext returns the context for a wait in lockpool (a connection, a
+// pin slot, a lease) that a CancelRequest ends; call endWait after. The
+// context is reused until a cancel request consumes it.
+func (s *session) waitContext() context.Context {
 	s.mu.Lock()
-	s.waitCancel = cancel
-	s.mu.Unlock()
-	return ctx, func() {
-		s.mu.Lock()
-		s.waitCancel = nil
-		s.mu.Unlock()
-		cancel()
+	defer s.mu.Unlock()
+	if s.waitCtx == nil {
+		s.waitCtx, s.waitCancelFn = context.WithCancel(s.srv.baseCtx)
 	}
+	s.waiting = true
+	return s.waitCtx
+}
+
+func (s *session) endWait() {
+	s.mu.Lock()
+	s.waiting = false
+	s.mu.Unlock()
 }
 
 // cancelRunning handles a CancelRequest for this session. A wait in
@@ -626,8 +644,9 @@ func (s *session) waitContext() (context.Context, func()) {
 func (s *session) cancelRunning(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.waitCancel != nil {
-		s.waitCancel()
+	if s.waiting && s.waitCancelFn != nil {
+		s.waitCancelFn()
+		s.waitCtx, s.waitCancelFn = nil, nil
 	}
 	sc := s.sc
 	if sc == nil || s.boundaries == 0 && !s.unsynced {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,7 +18,14 @@ func protoErrorf(format string, args ...any) error {
 
 // readHeader peeks and consumes the 5-byte header of a typed message. n is
 // the body length (without the length word itself).
-func readHeader(r *bufio.Reader) (typ byte, n int, err error) {
+// peeker is what readHeader needs: bufio.Reader (server side) and
+// lazyReader (client side).
+type peeker interface {
+	Peek(n int) ([]byte, error)
+	Discard(n int) (int, error)
+}
+
+func readHeader(r peeker) (typ byte, n int, err error) {
 	hdr, err := r.Peek(5)
 	if err != nil {
 		if len(hdr) > 0 && errors.Is(err, io.EOF) {
