@@ -68,30 +68,30 @@ type session struct {
 
 	wmu sync.Mutex // client writes
 
-	mu          sync.Mutex
-	cond        sync.Cond
-	sc          *pool.Conn
-	st          *serverState
-	q           []action
-	boundaries  int
-	unsynced    bool
-	txStatus    byte
-	pinned      bool
-	pinReason   string
-	pinnedSince time.Time
-	slotHeld    bool
-	needProbe   bool
-	probing     bool
-	stopping    bool
-	relayDone   chan struct{}
-	relayClean  bool
-	draining    bool
-	closed      bool
+	mu           sync.Mutex
+	cond         sync.Cond
+	sc           *pool.Conn
+	st           *serverState
+	q            []action
+	boundaries   int
+	unsynced     bool
+	txStatus     byte
+	pinned       bool
+	pinReason    string
+	pinnedSince  time.Time
+	slotHeld     bool
+	needProbe    bool
+	probing      bool
+	stopping     bool
+	relayDone    chan struct{}
+	relayClean   bool
+	draining     bool
+	closed       bool
 	waitCtx      context.Context
 	waitCancelFn context.CancelFunc
 	waiting      bool
 	qbuf         [8]action // backing store of q while it is short
-	stmts       map[string]*stmt
+	stmts        map[string]*stmt
 	// SET/RESET seen: read the values back at the next idle point.
 	// Lease calls (owned by the session goroutine).
 	lease        LeaseSession
