@@ -197,7 +197,7 @@ applications:
 	// proxy.New has no Dial hook; this in-package test swaps the pool for
 	// one that dials the fake server.
 	srv.pool.Close()
-	pm, err := pool.New(pool.Options{Server: cfg.Server, Apps: poolApps(cfg), Logger: logger, Dial: f.dial})
+	pm, err := pool.New(pool.Options{Server: cfg.Server, Apps: srv.poolApps(cfg), Logger: logger, Dial: f.dial})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,7 @@ type Server struct {
 	ln          net.Listener
 	sessions    map[uint32]*session // by lockpool's own backend pid
 	clientCount atomic.Int64
+	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
 	nextPID     uint32
 	draining    bool
 	wg          sync.WaitGroup // client connections
@@ -107,7 +109,7 @@ func New(opts Options) (*Server, error) {
 	s.rc.Store(rc)
 	pm, err := pool.New(pool.Options{
 		Server:     opts.Config.Server,
-		Apps:       poolApps(opts.Config),
+		Apps:       s.poolApps(opts.Config),
 		Logger:     logger,
 		Registerer: opts.Registerer,
 	})
@@ -140,23 +142,60 @@ func (s *Server) loadTLS(cfg *config.Config) error {
 	return nil
 }
 
-func poolApps(cfg *config.Config) []pool.AppConfig {
+func (s *Server) poolApps(cfg *config.Config) []pool.AppConfig {
 	apps := make([]pool.AppConfig, 0, len(cfg.Applications))
 	for _, a := range cfg.Applications {
 		pw := ""
 		if u, ok := cfg.UserByName(a.User); ok {
 			pw = u.Password
 		}
-		apps = append(apps, pool.AppConfig{
+		ac := pool.AppConfig{
 			Name:           a.Name,
 			User:           a.User,
 			Password:       pw,
 			MaxConnections: a.MaxConnections,
 			MaxPinned:      a.MaxPinned,
 			WaitTimeout:    a.WaitTimeout,
-		})
+		}
+		if strings.HasPrefix(pw, "SCRAM-SHA-256$") {
+			// Only a verifier is configured: log in to the server with the
+			// proof material of a client that logged in with SCRAM.
+			user := a.User
+			ac.Password = ""
+			ac.SCRAM = func() (pool.SCRAMKeys, bool) { return s.scramKeys(user) }
+		}
+		apps = append(apps, ac)
 	}
 	return apps
+}
+
+// scramKeys returns the SCRAM pass-through keys learned for user.
+func (s *Server) scramKeys(user string) (pool.SCRAMKeys, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.passKeys[user]
+	return k, ok
+}
+
+// learnSCRAM records a client's ClientKey after a SCRAM login against a
+// configured verifier.
+func (s *Server) learnSCRAM(user string, cred *auth.Credential, clientKey []byte) {
+	if len(clientKey) == 0 {
+		return
+	}
+	if _, plain := cred.Plaintext(); plain {
+		return
+	}
+	_, _, _, serverKey, ok := cred.SCRAMSecret()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if s.passKeys == nil {
+		s.passKeys = make(map[string]pool.SCRAMKeys)
+	}
+	s.passKeys[user] = pool.SCRAMKeys{ClientKey: append([]byte(nil), clientKey...), ServerKey: serverKey}
+	s.mu.Unlock()
 }
 
 func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
@@ -205,7 +244,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		return err
 	}
 	s.rc.Store(rc)
-	s.pool.Reconfigure(cfg.Server, poolApps(cfg))
+	s.pool.Reconfigure(cfg.Server, s.poolApps(cfg))
 	s.log.Info("configuration reloaded", "applications", len(cfg.Applications), "users", len(cfg.Users))
 	return nil
 }

@@ -233,12 +233,16 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 	}
 	ac := &authConn{c: conn, br: br}
 	method := rc.cfg.AuthMethod
-	if _, err := auth.Authenticate(ac, method, user, cred); err != nil {
+	res, err := auth.Authenticate(ac, method, user, cred)
+	if err != nil {
 		var ae *auth.Error
 		if errors.As(err, &ae) {
 			return nil, &pgError{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
 		}
 		return nil, err
+	}
+	if cred != nil {
+		s.learnSCRAM(user, cred, res.ClientKey)
 	}
 	if cred == nil {
 		// trust with an unknown user.
