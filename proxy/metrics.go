@@ -10,6 +10,7 @@ type metrics struct {
 	pins     *prometheus.CounterVec
 	rejected *prometheus.CounterVec
 	leaked   *prometheus.CounterVec
+	prepared *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +30,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leaked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockpool_leaked_locks_total", Help: "Idle server connections closed by the leak sweep because they held advisory locks.",
 		}, []string{"app"}),
+		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockpool_prepared_statements_total", Help: "Named prepared statements needed on a server connection: hit (already there), miss (prepared there), eviction (closed to stay within max_prepared_statements).",
+		}, []string{"app", "result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked)
+		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked, m.prepared)
 	}
 	return m
 }
@@ -41,6 +45,9 @@ func (m *metrics) bindApp(a *appState) {
 	a.clients = m.clients.WithLabelValues(a.cfg.Name)
 	a.pins = m.pins.WithLabelValues(a.cfg.Name)
 	a.leaked = m.leaked.WithLabelValues(a.cfg.Name)
+	a.prepHit = m.prepared.WithLabelValues(a.cfg.Name, "hit")
+	a.prepMiss = m.prepared.WithLabelValues(a.cfg.Name, "miss")
+	a.prepEvict = m.prepared.WithLabelValues(a.cfg.Name, "eviction")
 	a.pinnedGauge = m.pinned
 	a.rejectedVec = m.rejected
 	// Make the series visible at zero.

@@ -166,8 +166,14 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		s.stmts[st.name] = st
 	}
 	s.mu.Unlock()
+	if have {
+		s.app.prepHit.Inc()
+	} else {
+		s.app.prepMiss.Inc()
+	}
 	var acts []action
 	if evict != "" {
+		s.app.prepEvict.Inc()
 		acts = append(acts, action{kind: '3', op: opSwallow})
 	}
 	switch {

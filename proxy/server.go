@@ -41,6 +41,9 @@ type appState struct {
 	clients       prometheus.Gauge
 	pins          prometheus.Counter
 	leaked        prometheus.Counter
+	prepHit       prometheus.Counter
+	prepMiss      prometheus.Counter
+	prepEvict     prometheus.Counter
 	pinnedGauge   *prometheus.GaugeVec
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
