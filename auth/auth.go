@@ -86,6 +86,7 @@ func authFailed(user string) *Error {
 	return &Error{
 		Code:    CodeInvalidPassword,
 		Message: `lockpool: password authentication failed for user "` + user + `"`,
+		Hint:    "Check the user name and password in the connection string against lockpool's users.",
 	}
 }
 

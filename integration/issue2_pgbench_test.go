@@ -7,9 +7,12 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Issue 2, acceptance 2: pgbench -i -s 5, then pgbench -c 50 -j 2 in TPC-B
@@ -26,16 +29,19 @@ func TestPgbenchBudget10(t *testing.T) {
 	app := appYAML{name: "bench", user: "bench", db: "benchdb", max: budget, pinned: 1, advisory: "pin", state: "pin", wait: "60s"}
 	l := startLockpool(t, 20, "", app)
 
+	diag := superConn(t, "postgres")
 	pgbench := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(l.port), "-U", "bench"}
 		cmd := exec.CommandContext(ctx, "/usr/bin/pgbench", append(append(base, args...), "benchdb")...)
 		cmd.Env = append(os.Environ(), "PGPASSWORD="+appPassword, "PGSSLMODE=disable")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("pgbench %v: %v\n%s", args, err, out)
+			t.Errorf("pgbench %v: %v\n%s", args, err, out)
+			t.Errorf("pg_stat_activity of role bench:\n%s", activity(diag, "usename = 'bench'"))
+			t.FailNow()
 		}
 		return string(out)
 	}
@@ -143,4 +149,24 @@ func splitFlags(s string) []string {
 	return out
 }
 
-var _ = fmt.Sprintf
+// activity describes the matching backends, for failure messages.
+func activity(super interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, where string) string {
+	rows, err := super.Query(context.Background(), "SELECT pid, coalesce(state, ''), coalesce(wait_event_type, '') || ':' || coalesce(wait_event, ''), now() - state_change, left(query, 80) FROM pg_stat_activity WHERE backend_type = 'client backend' AND ("+where+") ORDER BY pid")
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var pid int
+		var state, wait, query string
+		var since time.Duration
+		if err := rows.Scan(&pid, &state, &wait, &since, &query); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  pid %d %-20s %-20s for %-12v %q\n", pid, state, wait, since.Round(time.Millisecond), query)
+	}
+	return b.String()
+}

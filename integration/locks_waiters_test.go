@@ -81,10 +81,10 @@ func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 	const (
 		app   = "lk4"
 		nw    = 10
-		waitT = 8 * time.Second
+		waitT = 25 * time.Second
 		hold  = 1200 * time.Millisecond
 	)
-	l := startLockpool(t, 10, "", lkApp(app, "app", 4, 2, "pin", "8s"))
+	l := startLockpool(t, 10, "", lkApp(app, "app", 4, 2, "pin", "25s"))
 	su := superConn(t, "appdb")
 	sampleSU := superConn(t, "appdb")
 	ctx := lkCtx(t, 120*time.Second)

@@ -14,8 +14,10 @@ import (
 const readerSize = 16 << 10
 
 // livenessAfter is how long a connection must have been idle before it is
-// checked (non-blocking) when handed out.
-const livenessAfter = time.Second
+// checked (one non-blocking peek) when handed out. Connections handed over
+// within a millisecond (a busy pool) skip the syscall; anything idle longer
+// (long enough for a terminated backend to have said so) is checked.
+const livenessAfter = time.Millisecond
 
 // terminateTimeout bounds the write of the Terminate message when a
 // connection is closed at a safe point.

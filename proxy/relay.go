@@ -69,17 +69,58 @@ func (s *session) attach() error {
 	s.txStatus = 'I'
 	s.relayClean = false
 	s.pendingPS = append(s.pendingPS, ps...)
-	done2 := make(chan struct{})
-	s.relayDone = done2
+	s.relayDone = nil
+	s.relayOn = false
 	s.mu.Unlock()
-	go s.relay(sc, done2)
 	return nil
+}
+
+// startRelay starts reading the attached server connection once the first
+// batch went out. inline runs the relay on the session goroutine itself
+// (the batch ended in Query or Sync and the client sent nothing more): the
+// common request/response transaction then needs no second goroutine. An
+// inline relay hands over to a goroutine when the conversation goes on
+// past a ReadyForQuery without giving the connection back, or when the
+// server waits for COPY data from the client.
+func (s *session) startRelay(inline bool) {
+	s.mu.Lock()
+	sc := s.sc
+	if sc == nil || s.relayOn {
+		s.mu.Unlock()
+		return
+	}
+	s.relayOn = true
+	var done chan struct{}
+	if !inline {
+		done = make(chan struct{})
+		s.relayDone = done
+	}
+	s.mu.Unlock()
+	if inline {
+		s.relay(sc, nil, true)
+		return
+	}
+	go s.relay(sc, done, false)
+}
+
+// handOff moves an inline relay to its own goroutine.
+func (s *session) handOff(sc *pool.Conn, out []byte) {
+	if len(out) > 0 {
+		s.writeClient(out)
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.relayDone = done
+	s.mu.Unlock()
+	go s.relay(sc, done, false)
 }
 
 // relay copies server messages to the client until the connection is given
 // back, fails, or the session stops.
-func (s *session) relay(sc *pool.Conn, done chan struct{}) {
-	defer close(done)
+func (s *session) relay(sc *pool.Conn, done chan struct{}, inline bool) {
+	if done != nil {
+		defer close(done)
+	}
 	r := sc.Reader
 	bp := outPool.Get().(*[]byte)
 	out := (*bp)[:0]
@@ -119,9 +160,26 @@ func (s *session) relay(sc *pool.Conn, done chan struct{}) {
 			if !keep {
 				return
 			}
+			if inline {
+				s.handOff(sc, out)
+				return
+			}
 		case '1', '2', '3':
 			_, _ = r.Discard(n)
 			out = s.onCompletion(typ, out)
+		case 'G', 'W':
+			// The server waits for COPY data: the client must be read.
+			b, err := r.Peek(n)
+			if err != nil {
+				s.relayFailed(sc, out, err, false)
+				return
+			}
+			out = appendFrame(out, typ, b)
+			_, _ = r.Discard(n)
+			if inline {
+				s.handOff(sc, out)
+				return
+			}
 		case 'S':
 			b, err := r.Peek(n)
 			if err != nil {
@@ -288,6 +346,7 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 	if release {
 		s.sc, s.st = nil, nil
 		s.relayDone = nil
+		s.relayOn = false
 	}
 	if idle || release {
 		s.cond.Broadcast()
@@ -374,6 +433,7 @@ func (s *session) relayFailed(sc *pool.Conn, out []byte, err error, atBoundary b
 	s.unsynced = false
 	s.sc, s.st = nil, nil
 	s.relayDone = nil
+	s.relayOn = false
 	s.needProbe = false
 	s.setPinned(false, "")
 	if unsynced {

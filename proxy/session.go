@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -56,11 +57,12 @@ type session struct {
 	startup  map[string]string // the client's startup parameters (RESET ALL returns to them)
 
 	// Owned by the session goroutine.
-	sout     []byte // buffered writes to the server
-	skipping bool   // discarding until Sync after an error in an extended batch
-	unnamed  rewrite.Findings
-	scratch  []byte
-	idleDL   bool // a read deadline for idle_transaction_timeout is set
+	sout         []byte // buffered writes to the server
+	skipping     bool   // discarding until Sync after an error in an extended batch
+	lastBoundary bool   // the last message written to the server was Query, Sync or FunctionCall
+	unnamed      rewrite.Findings
+	scratch      []byte
+	idleDL       bool // a read deadline for idle_transaction_timeout is set
 
 	// lostUnsynced: the server died before the client's Sync; skip to the
 	// Sync and answer it with an error.
@@ -84,6 +86,7 @@ type session struct {
 	probing      bool
 	stopping     bool
 	relayDone    chan struct{}
+	relayOn      bool // a relay reads the attached connection
 	relayClean   bool
 	draining     bool
 	closed       bool
@@ -116,6 +119,11 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
 	s.cond.L = &s.mu
+	if _, isTLS := conn.(*tls.Conn); isTLS {
+		// A read that times out may leave TLS state unusable: TLS clients
+		// keep their buffer.
+		s.r.releaseAfter = 0
+	}
 	s.startup = s.params.init(params)
 	return s
 }
@@ -130,10 +138,9 @@ func (s *session) serve() {
 	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
 	idleTx := s.srv.rc.Load().cfg.IdleTransactionTimeout
 	for {
-		if s.r.Buffered() == 0 {
-			if len(s.sout) > 0 {
-				s.flushServer()
-			}
+		if s.r.Buffered() == 0 && len(s.sout) > 0 {
+			s.flushServer()
+			s.startRelay(s.lastBoundary && s.r.Buffered() == 0)
 		}
 		if idleTx > 0 {
 			s.armIdleTimeout(idleTx)
@@ -219,7 +226,9 @@ func (s *session) armIdleTimeout(d time.Duration) {
 	} else if s.idleDL {
 		_ = s.conn.SetReadDeadline(time.Time{})
 		s.idleDL = false
-		s.r.releaseAfter = 2 * time.Second
+		if _, isTLS := s.conn.(*tls.Conn); !isTLS {
+			s.r.releaseAfter = 2 * time.Second
+		}
 	}
 }
 
@@ -293,6 +302,7 @@ func (s *session) reserve(kind fwdKind, acts ...action) (*pool.Conn, error) {
 		return s.reserve(kind, acts...)
 	}
 	s.q = append(s.q, acts...)
+	s.lastBoundary = kind == fwdBoundary
 	switch kind {
 	case fwdUnsynced:
 		s.unsynced = true
@@ -324,6 +334,7 @@ func (s *session) forwardRaw(typ byte, n int, kind fwdKind, acts ...action) erro
 	}
 	// Large message: stream it through without holding it in memory.
 	s.flushServerTo(sc)
+	s.startRelay(false)
 	if _, err := io.CopyN(sc.Net, s.r, int64(n)); err != nil {
 		if s.r.Buffered() == 0 {
 			// Could be either side; the relay reports a server failure.
@@ -747,6 +758,7 @@ func (s *session) onFlush(n int) error {
 	}
 	s.sout = append(s.sout, 'H', 0, 0, 0, 4)
 	s.flushServerTo(sc)
+	s.startRelay(false)
 	return nil
 }
 
