@@ -216,6 +216,8 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 		q.WriteString(quoteGUC(k))
 		q.WriteString(";")
 	}
+	_ = sc.Net.SetDeadline(time.Now().Add(10 * time.Second))
+	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(appendQuery(nil, q.String())); err != nil {
 		return nil, err
 	}
