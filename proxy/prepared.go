@@ -59,12 +59,12 @@ func (s *session) onParse(n int) error {
 	f := analyze(query)
 	if len(name) == 0 && !f.Hit() {
 		s.unnamed = rewrite.Findings{}
+		s.unnamedParse = append(s.unnamedParse[:0], rest...)
 		s.consume(n)
-		sc, err := s.reserve(fwdUnsynced, action{kind: '1'})
-		if err != nil {
+		if _, err := s.reserve(fwdUnsynced, action{kind: '1'}); err != nil {
 			return s.attachFailed(err, false)
 		}
-		_ = sc
+		s.unnamedHere = true
 		s.sout = appendFrame(s.sout, 'P', body)
 		return nil
 	}
@@ -96,9 +96,11 @@ func (s *session) onParse(n int) error {
 	}
 	if nameS == "" {
 		s.unnamed = f
+		s.unnamedParse = append(s.unnamedParse[:0], restCopy...)
 		if _, err := s.reserve(fwdUnsynced, action{kind: '1'}); err != nil {
 			return s.attachFailed(err, false)
 		}
+		s.unnamedHere = true
 		s.sout = appendHeaderBody(s.sout, 'P', nil, restCopy)
 		return nil
 	}
@@ -269,11 +271,23 @@ func (s *session) onBind(n int) error {
 	if st == nil {
 		if n >= 0 {
 			s.consume(n)
+			if err := s.ensureUnnamed(); err != nil {
+				return err
+			}
+			if s.skipping {
+				return nil
+			}
 			if _, err := s.reserve(fwdUnsynced, action{kind: '2'}); err != nil {
 				return s.attachFailed(err, false)
 			}
 			// body aliases the read buffer; no read happened since.
 			s.sout = appendFrame(s.sout, 'B', body)
+			return nil
+		}
+		if err := s.ensureUnnamed(); err != nil {
+			return err
+		}
+		if s.skipping {
 			return nil
 		}
 		if _, err := s.reserve(fwdUnsynced, action{kind: '2'}); err != nil {
@@ -340,6 +354,14 @@ func (s *session) onDescribe(n int) error {
 	if kind != 'S' || len(name) == 0 {
 		msg := append([]byte(nil), body...)
 		s.consume(n)
+		if kind == 'S' {
+			if err := s.ensureUnnamed(); err != nil {
+				return err
+			}
+			if s.skipping {
+				return nil
+			}
+		}
 		if _, err := s.reserve(fwdUnsynced); err != nil {
 			return s.attachFailed(err, false)
 		}
@@ -439,4 +461,26 @@ func (s *session) onExecute(n int) error {
 		}
 	}
 	return s.forwardRaw('E', n, fwdUnsynced)
+}
+
+// ensureUnnamed makes sure the attached server connection has this client's
+// unnamed statement: after a Sync the connection may have gone to another
+// client, whose unnamed statement must never run for this one. The
+// client's last unnamed Parse is sent again when needed.
+func (s *session) ensureUnnamed() error {
+	if _, err := s.reserve(fwdPlain); err != nil {
+		return s.attachFailed(err, false)
+	}
+	if s.unnamedHere {
+		return nil
+	}
+	if s.unnamedParse == nil {
+		return s.fail(&pgError{Code: "26000", Message: "lockpool: unnamed prepared statement does not exist", Hint: "Send Parse before Bind or Describe of the unnamed statement."}, false)
+	}
+	if _, err := s.reserve(fwdUnsynced, action{kind: '1', op: opSwallow}); err != nil {
+		return s.attachFailed(err, false)
+	}
+	s.sout = appendHeaderBody(s.sout, 'P', nil, s.unnamedParse)
+	s.unnamedHere = true
+	return nil
 }

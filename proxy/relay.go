@@ -53,6 +53,7 @@ func (s *session) attach() error {
 		return err
 	}
 	sc.LastClient = s.remote
+	s.unnamedHere = false
 	st := stateOf(sc)
 	ps, err := s.syncParams(sc, st)
 	if err != nil {

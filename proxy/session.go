@@ -61,6 +61,10 @@ type session struct {
 	skipping     bool   // discarding until Sync after an error in an extended batch
 	lastBoundary bool   // the last message written to the server was Query, Sync or FunctionCall
 	unnamed      rewrite.Findings
+	// unnamedParse is the client's last unnamed Parse (query and types);
+	// unnamedHere says the attached connection has it.
+	unnamedParse []byte
+	unnamedHere  bool
 	scratch      []byte
 	idleDL       bool // a read deadline for idle_transaction_timeout is set
 
@@ -451,6 +455,7 @@ func (s *session) fail(pe *pgError, simple bool) error {
 	}
 	s.sout = appendParse(s.sout, "", sql, nil)
 	s.sout = appendBindExecute(s.sout, "")
+	s.unnamedHere = false
 	s.skipping = true
 	return nil
 }

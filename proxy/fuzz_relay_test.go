@@ -1,0 +1,212 @@
+package proxy
+
+// Fuzz test of the server-message relay (issue 7, acceptance 7): whatever a
+// server sends after a statement, the relay neither panics nor hangs, and
+// the session ends when its client leaves.
+//
+//	go test ./proxy -run '^$' -fuzz FuzzRelay -fuzztime 10s
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockpool/lockpool/config"
+)
+
+// fakePG is a server that logs anyone in and answers the first message
+// after login with the bytes in reply, then closes.
+type fakePG struct {
+	ln    net.Listener
+	reply atomic.Pointer[[]byte]
+}
+
+func startFakePG(tb testing.TB) *fakePG {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fakePG{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	tb.Cleanup(func() { _ = ln.Close() })
+	return f
+}
+
+func (f *fakePG) serve(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	for {
+		var hdr [8]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:]))
+		if n < 8 || n > 10000 {
+			return
+		}
+		if _, err := br.Discard(n - 8); err != nil {
+			return
+		}
+		if code := binary.BigEndian.Uint32(hdr[4:]); code == codeSSLRequest || code == codeGSSENCRequest {
+			_, _ = c.Write([]byte{'N'})
+			continue
+		}
+		break
+	}
+	var out []byte
+	out = append(out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
+	for _, kv := range [][2]string{{"server_version", "15.0"}, {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"},
+		{"TimeZone", "UTC"}, {"integer_datetimes", "on"}, {"standard_conforming_strings", "on"}} {
+		out = appendFrame(out, 'S', []byte(kv[0]+"\x00"+kv[1]+"\x00"))
+	}
+	out = append(out, 'K', 0, 0, 0, 12, 0, 0, 0, 1, 0, 0, 0, 2)
+	out = append(out, 'Z', 0, 0, 0, 5, 'I')
+	if _, err := c.Write(out); err != nil {
+		return
+	}
+	// The first message from lockpool (a statement, a SET, a probe): the
+	// answer is the fuzzer's.
+	var h [5]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return
+	}
+	if n := int(binary.BigEndian.Uint32(h[1:])) - 4; n > 0 {
+		_, _ = br.Discard(n)
+	}
+	if p := f.reply.Load(); p != nil {
+		_, _ = c.Write(*p)
+	}
+}
+
+func FuzzRelay(f *testing.F) {
+	pg := startFakePG(f)
+	port := pg.ln.Addr().(*net.TCPAddr).Port
+	cfg, err := config.Parse([]byte(`listen: 127.0.0.1:0
+admin_listen: ""
+auth_method: trust
+leak_check_interval: 0s
+server:
+  host: 127.0.0.1
+  port: `+itoa(port)+`
+  tls: disable
+  max_connections: 4
+  connect_timeout: 1s
+users:
+  - name: app
+    password: pw
+applications:
+  - name: api
+    user: app
+    max_connections: 2
+    max_pinned: 1
+    wait_timeout: 1s
+`), "fuzz.yaml", nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NoLeases: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	as := s.rc.Load().apps["api"]
+	msg := func(typ byte, body string) []byte { return appendFrame(nil, typ, []byte(body)) }
+	cat := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	rowDesc := "\x00\x01?column?\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x17\x00\x04\xff\xff\xff\xff\x00\x00"
+	f.Add(cat(msg('T', rowDesc), msg('D', "\x00\x01\x00\x00\x00\x011"), msg('C', "SELECT 1\x00"), msg('Z', "I")))
+	f.Add(cat(msg('E', "SERROR\x00C42601\x00Msyntax\x00\x00"), msg('Z', "I")))
+	f.Add(cat(msg('C', "BEGIN\x00"), msg('Z', "T")))
+	f.Add(cat(msg('1', ""), msg('2', ""), msg('3', ""), msg('n', ""), msg('Z', "I")))
+	f.Add(cat(msg('S', "application_name\x00x\x00"), msg('N', "SNOTICE\x00Mhi\x00\x00"), msg('A', "\x00\x00\x00\x01ch\x00p\x00"), msg('Z', "I")))
+	f.Add(cat(msg('G', "\x00\x00\x00"), msg('H', "\x00\x00\x00"), msg('d', "abc"), msg('c', ""), msg('Z', "I")))
+	f.Add(cat(msg('E', "SFATAL\x00C57P01\x00Mterminating\x00\x00")))
+	f.Add([]byte{'D', 0x7f, 0xff, 0xff, 0xff, 0, 1})
+	f.Add([]byte{'Z', 0, 0, 0, 6, 'I', 'I'})
+	f.Add([]byte{'Z', 0, 0, 0, 3})
+	f.Add([]byte{'S', 0, 0, 0, 5, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := append([]byte(nil), data...)
+		pg.reply.Store(&d)
+		client, server := net.Pipe()
+		defer client.Close()
+		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReaderSize(server, clientReadBuf)
+		ss := newSession(s, server, br, as, "app", "app", map[string]string{"user": "app", "database": "app"})
+		if !s.register(ss) {
+			t.Fatal("register")
+		}
+		s.clientCount.Add(1)
+		as.clientCount.Add(1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer server.Close()
+			ss.serve()
+		}()
+		// The client: one statement, then read until ReadyForQuery, EOF or
+		// a quiet second, then leave.
+		go func() {
+			_, _ = client.Write(appendQuery(nil, "SELECT 1"))
+			cr := bufio.NewReader(client)
+			for {
+				_ = client.SetReadDeadline(time.Now().Add(time.Second))
+				typ, err := cr.ReadByte()
+				if err != nil {
+					break
+				}
+				var l [4]byte
+				if _, err := io.ReadFull(cr, l[:]); err != nil {
+					break
+				}
+				n := int(binary.BigEndian.Uint32(l[:])) - 4
+				if n < 0 {
+					break
+				}
+				if _, err := cr.Discard(n); err != nil {
+					break
+				}
+				if typ == 'Z' {
+					break
+				}
+			}
+			_, _ = client.Write([]byte{'X', 0, 0, 0, 4})
+			_ = client.Close()
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("session hung on server reply %q", data)
+		}
+	})
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
