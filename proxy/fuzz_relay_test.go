@@ -19,20 +19,20 @@ import (
 	"github.com/lockpool/lockpool/config"
 )
 
-// fakePG is a server that logs anyone in and answers the first message
+// fuzzPG is a server that logs anyone in and answers the first message
 // after login with the bytes in reply, then closes.
-type fakePG struct {
+type fuzzPG struct {
 	ln    net.Listener
 	reply atomic.Pointer[[]byte]
 }
 
-func startFakePG(tb testing.TB) *fakePG {
+func startFuzzPG(tb testing.TB) *fuzzPG {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fakePG{ln: ln}
+	f := &fuzzPG{ln: ln}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -46,7 +46,7 @@ func startFakePG(tb testing.TB) *fakePG {
 	return f
 }
 
-func (f *fakePG) serve(c net.Conn) {
+func (f *fuzzPG) serve(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
@@ -62,9 +62,12 @@ func (f *fakePG) serve(c net.Conn) {
 		if _, err := br.Discard(n - 8); err != nil {
 			return
 		}
-		if code := binary.BigEndian.Uint32(hdr[4:]); code == codeSSLRequest || code == codeGSSENCRequest {
+		switch binary.BigEndian.Uint32(hdr[4:]) {
+		case codeSSLRequest, codeGSSENCRequest:
 			_, _ = c.Write([]byte{'N'})
 			continue
+		case codeCancelRequest:
+			return
 		}
 		break
 	}
@@ -94,7 +97,7 @@ func (f *fakePG) serve(c net.Conn) {
 }
 
 func FuzzRelay(f *testing.F) {
-	pg := startFakePG(f)
+	pg := startFuzzPG(f)
 	port := pg.ln.Addr().(*net.TCPAddr).Port
 	cfg, err := config.Parse([]byte(`listen: 127.0.0.1:0
 admin_listen: ""
@@ -102,7 +105,7 @@ auth_method: trust
 leak_check_interval: 0s
 server:
   host: 127.0.0.1
-  port: `+itoa(port)+`
+  port: `+fuzzItoa(port)+`
   tls: disable
   max_connections: 4
   connect_timeout: 1s
@@ -169,7 +172,7 @@ applications:
 			_, _ = client.Write(appendQuery(nil, "SELECT 1"))
 			cr := bufio.NewReader(client)
 			for {
-				_ = client.SetReadDeadline(time.Now().Add(time.Second))
+				_ = client.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 				typ, err := cr.ReadByte()
 				if err != nil {
 					break
@@ -200,7 +203,7 @@ applications:
 	})
 }
 
-func itoa(n int) string {
+func fuzzItoa(n int) string {
 	if n == 0 {
 		return "0"
 	}

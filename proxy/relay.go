@@ -333,6 +333,12 @@ func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool)
 		}
 	}
 	release := idle && status == 'I' && !s.pinned && !s.app.sessionPool && !s.stopping
+	if idle && status != 'I' && s.idleTx > 0 {
+		// Idle inside a transaction from now on: the client has
+		// idle_transaction_timeout to send its next message.
+		_ = s.conn.SetReadDeadline(time.Now().Add(s.idleTx))
+		s.idleDL.Store(true)
+	}
 	if idle && s.lease != nil && len(out) >= 6 {
 		// Lost-lease warnings go with the next result, before its ReadyForQuery.
 		if w := appendLeaseWarnings(nil, s.lease); len(w) > 0 {
@@ -425,7 +431,10 @@ func (s *session) relayFailed(sc *pool.Conn, out []byte, err error, atBoundary b
 	}
 	owed := s.boundaries
 	unsynced := s.unsynced
-	wasPinned := s.pinned
+	// A pin slot held means a statement that may have taken a session lock
+	// ran: the client may believe it holds one, so it must learn that its
+	// session is gone.
+	wasPinned := s.pinned || s.slotHeld
 	for _, a := range s.q {
 		s.undo(a)
 	}

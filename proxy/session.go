@@ -66,7 +66,8 @@ type session struct {
 	unnamedParse []byte
 	unnamedHere  bool
 	scratch      []byte
-	idleDL       bool // a read deadline for idle_transaction_timeout is set
+	idleDL       atomic.Bool   // a read deadline for idle_transaction_timeout is set
+	idleTx       time.Duration // idle_transaction_timeout (0: off)
 
 	// lostUnsynced: the server died before the client's Sync; skip to the
 	// Sync and answer it with an error.
@@ -140,23 +141,42 @@ func (s *session) serve() {
 	defer s.srv.unadmit(s.app)
 	defer s.cleanup()
 	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
-	idleTx := s.srv.rc.Load().cfg.IdleTransactionTimeout
+	s.idleTx = s.srv.rc.Load().cfg.IdleTransactionTimeout
+	if s.idleTx > 0 {
+		// The session uses read deadlines itself: keep the read buffer.
+		s.r.releaseAfter = 0
+	}
 	for {
 		if s.r.Buffered() == 0 && len(s.sout) > 0 {
 			s.flushServer()
 			s.startRelay(s.lastBoundary && s.r.Buffered() == 0)
 		}
-		if idleTx > 0 {
-			s.armIdleTimeout(idleTx)
+		if s.idleTx > 0 {
+			s.armIdleTimeout(s.idleTx)
 		}
 		typ, n, err := readHeader(s.r)
+		if err != nil && isTimeout(err) && s.idleDL.Load() && s.idleTx > 0 {
+			s.mu.Lock()
+			stillIdle := s.sc != nil && s.txStatus != 'I' && s.boundaries == 0 && !s.probing
+			s.mu.Unlock()
+			if !stillIdle {
+				// The server is working for the client: not idle.
+				_ = s.conn.SetReadDeadline(time.Time{})
+				s.idleDL.Store(false)
+				continue
+			}
+			s.fatal(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
+			return
+		}
 		if err != nil {
 			if errors.Is(err, errProtocol) {
 				s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."})
-			} else if isTimeout(err) && s.idleDL {
-				s.fatal(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
 			}
 			return
+		}
+		if s.idleDL.Load() {
+			_ = s.conn.SetReadDeadline(time.Time{})
+			s.idleDL.Store(false)
 		}
 		if n > maxMsg && maxMsg > 0 {
 			s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: message of %d bytes exceeds max_message_size (%d)", n, maxMsg), Hint: "Send smaller messages or raise max_message_size."})
@@ -223,16 +243,9 @@ func (s *session) armIdleTimeout(d time.Duration) {
 	s.mu.Lock()
 	inTx := s.sc != nil && s.txStatus != 'I' && s.boundaries == 0
 	s.mu.Unlock()
-	if inTx && s.r.Buffered() == 0 {
+	if inTx && s.r.Buffered() == 0 && !s.idleDL.Load() {
 		_ = s.conn.SetReadDeadline(time.Now().Add(d))
-		s.idleDL = true
-		s.r.releaseAfter = 0
-	} else if s.idleDL {
-		_ = s.conn.SetReadDeadline(time.Time{})
-		s.idleDL = false
-		if _, isTLS := s.conn.(*tls.Conn); !isTLS {
-			s.r.releaseAfter = 2 * time.Second
-		}
+		s.idleDL.Store(true)
 	}
 }
 

@@ -1,0 +1,311 @@
+// Command bench is lockpool's side-by-side benchmark harness (issue 6).
+//
+// It starts its own PostgreSQL (internal/pgtest), a built lockpool binary and
+// PgBouncer (when installed), all with the same server-connection budget, and
+// runs pgbench against direct PostgreSQL, lockpool and PgBouncer in turn
+// (direct → lockpool → PgBouncer for every row, so drift hits all three
+// alike). It also measures pooler CPU per transaction (/proc/<pid>/stat),
+// p50/p99 latency (pgbench -l logs), resident memory per idle client with
+// 10,000 idle authenticated clients, lease_acquire+lease_release pairs per
+// second from 50 sessions, and a mixed run with 20 % of the sessions pinned
+// by advisory locks. It prints one table with the ratios lockpool/PgBouncer
+// and lockpool/direct and writes everything as JSON.
+//
+// Run it with scripts/bench.sh (installs PgBouncer when missing), or:
+//
+//	go run ./integration/bench -out bench-results/$(date +%F).json
+//
+// Quick smoke run: -T 2 -clients 10,100 -idle 1000.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options from the command line.
+type options struct {
+	out              string
+	duration         int // pgbench -T seconds
+	clients          []int
+	scripts          []string // select, tpcb
+	modes            []string // simple, extended, prepared
+	budget           int      // server connections per pooler
+	maxPinned        int
+	scale            int
+	idle             int // idle clients for the memory test
+	leaseSess        int
+	mixedSess        int
+	directMax        int // PostgreSQL max_connections for direct runs
+	noPgb            bool
+	directMaxClients int
+	pprofDir         string
+	keep             bool
+	lockpoolBy       string // path to a lockpool binary; "" builds one
+}
+
+// Report is what the JSON file holds.
+type Report struct {
+	Date     string        `json:"date"`
+	Command  string        `json:"command"`
+	Machine  Machine       `json:"machine"`
+	Settings Settings      `json:"settings"`
+	Rows     []*Row        `json:"pgbench"`
+	Idle     []*IdleResult `json:"idle_clients"`
+	Lease    *LeaseResult  `json:"lease_throughput,omitempty"`
+	Mixed    *MixedResult  `json:"mixed_pinned,omitempty"`
+	Notes    []string      `json:"notes"`
+	Elapsed  float64       `json:"elapsed_seconds"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	NProc      int    `json:"nproc"`
+	CPUModel   string `json:"cpu_model"`
+	Kernel     string `json:"kernel"`
+	MemTotalKB int64  `json:"mem_total_kb"`
+	LoadAvg    string `json:"loadavg_at_start"`
+	PostgreSQL string `json:"postgresql"`
+	PgBouncer  string `json:"pgbouncer"`
+	Go         string `json:"lockpool_go"`
+}
+
+// Settings are the knobs of the run.
+type Settings struct {
+	DurationSec     int      `json:"pgbench_T"`
+	Threads         int      `json:"pgbench_j"`
+	Clients         []int    `json:"clients"`
+	Scale           int      `json:"scale"`
+	Budget          int      `json:"server_connection_budget"`
+	MaxPinned       int      `json:"lockpool_max_pinned"`
+	DirectMaxConn   int      `json:"postgres_max_connections"`
+	LockpoolConfig  string   `json:"lockpool_config"`
+	PgBouncerConfig string   `json:"pgbouncer_config,omitempty"`
+	Scripts         []string `json:"scripts"`
+	Modes           []string `json:"modes"`
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func parseFlags() (*options, error) {
+	o := &options{}
+	var clients, scripts, modes string
+	flag.StringVar(&o.out, "out", "", "write the JSON report here (default bench-results/<date>.json)")
+	flag.IntVar(&o.duration, "T", 7, "pgbench -T seconds per run")
+	flag.StringVar(&clients, "clients", "1,10,100,1000", "pgbench client counts")
+	flag.StringVar(&scripts, "scripts", "select,tpcb", "pgbench scripts: select (-S), tpcb (default script)")
+	flag.StringVar(&modes, "modes", "simple,extended,prepared", "pgbench -M modes")
+	flag.IntVar(&o.budget, "budget", 10, "server connections for each pooler (lockpool application max_connections, PgBouncer default_pool_size)")
+	flag.IntVar(&o.maxPinned, "max-pinned", 2, "lockpool max_pinned")
+	flag.IntVar(&o.scale, "scale", 10, "pgbench -i -s")
+	flag.IntVar(&o.idle, "idle", 10000, "idle authenticated clients for the memory test (0 = skip)")
+	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")
+	flag.IntVar(&o.mixedSess, "mixed-sessions", 10, "sessions in the mixed run, 20 % of them pinned (0 = skip)")
+	flag.IntVar(&o.directMax, "pg-max-connections", 1100, "PostgreSQL max_connections (direct runs at 1000 clients need > 1000)")
+	flag.IntVar(&o.directMaxClients, "direct-max-clients", 1000, "skip direct PostgreSQL for rows with more clients (n/a)")
+	flag.BoolVar(&o.noPgb, "no-pgbouncer", false, "skip PgBouncer even when installed")
+	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
+	flag.StringVar(&o.lockpoolBy, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
+	flag.Parse()
+	var err error
+	if o.clients, err = intList(clients); err != nil {
+		return nil, fmt.Errorf("-clients: %w", err)
+	}
+	o.scripts = strList(scripts)
+	o.modes = strList(modes)
+	for _, s := range o.scripts {
+		if s != "select" && s != "tpcb" {
+			return nil, fmt.Errorf("-scripts: unknown %q", s)
+		}
+	}
+	for _, m := range o.modes {
+		if m != "simple" && m != "extended" && m != "prepared" {
+			return nil, fmt.Errorf("-modes: unknown %q", m)
+		}
+	}
+	if o.maxPinned >= o.budget {
+		return nil, fmt.Errorf("-max-pinned must be < -budget")
+	}
+	if o.out == "" {
+		o.out = filepath.Join("bench-results", time.Now().Format("2006-01-02T150405")+".json")
+	}
+	return o, nil
+}
+
+func run() int {
+	o, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	t0 := time.Now()
+	raiseNoFile()
+	rep := &Report{
+		Date:    t0.Format(time.RFC3339),
+		Command: strings.Join(os.Args, " "),
+		Machine: machine(),
+	}
+	logf("machine: %d CPUs, %s, load %s", rep.Machine.NProc, rep.Machine.CPUModel, rep.Machine.LoadAvg)
+
+	work, err := os.MkdirTemp("", "lockpool-bench-")
+	if err != nil {
+		return fail(err)
+	}
+	if !o.keep {
+		defer os.RemoveAll(work)
+	} else {
+		logf("work directory: %s", work)
+	}
+	_ = os.Chmod(work, 0o755)
+
+	env, err := setup(o, work, rep)
+	if env != nil {
+		defer env.close()
+	}
+	if err != nil {
+		return fail(err)
+	}
+
+	// Idle clients first, on fresh processes: after the pgbench rows a Go
+	// heap already grown by 1,000 busy clients would hide the cost.
+	if o.idle > 0 {
+		for _, p := range env.poolers() {
+			r := idleTest(p, env, o.idle)
+			rep.Idle = append(rep.Idle, r)
+		}
+	}
+	rep.Rows = runMatrix(o, env, rep)
+	if o.mixedSess > 0 {
+		rep.Mixed = mixedTest(o, env)
+	}
+	if o.leaseSess > 0 {
+		rep.Lease = leaseTest(o, env)
+	}
+	rep.Elapsed = time.Since(t0).Seconds()
+
+	printReport(os.Stdout, rep)
+	if err := writeJSON(o.out, rep); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("\nJSON: %s  (elapsed %s)\n", o.out, time.Since(t0).Round(time.Second))
+	return 0
+}
+
+func writeJSON(path string, rep *Report) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "bench: FAIL:", err)
+	return 1
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// raiseNoFile sets RLIMIT_NOFILE as high as allowed. Setting it explicitly
+// (rather than relying on the Go runtime's own raise) makes child processes
+// (lockpool, PgBouncer, pgbench) inherit it too.
+func raiseNoFile() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	want := uint64(1 << 17)
+	if lim.Max < want {
+		// Root may raise the hard limit; others get what they have.
+		try := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &try) == nil {
+			logf("RLIMIT_NOFILE raised to %d", want)
+			return
+		}
+	}
+	lim.Cur = lim.Max
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	logf("RLIMIT_NOFILE = %d", lim.Cur)
+}
+
+func machine() Machine {
+	m := Machine{}
+	if b, err := exec.Command("nproc").Output(); err == nil {
+		m.NProc, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "MemTotal:") {
+				f := strings.Fields(l)
+				if len(f) >= 2 {
+					m.MemTotalKB, _ = strconv.ParseInt(f[1], 10, 64)
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	if b, err := exec.Command("pgbench", "--version").Output(); err == nil {
+		m.PostgreSQL = strings.TrimSpace(string(b))
+	}
+	if b, err := exec.Command("pgbouncer", "--version").Output(); err == nil {
+		m.PgBouncer = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+	}
+	if b, err := exec.Command("go", "version").Output(); err == nil {
+		m.Go = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func strList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

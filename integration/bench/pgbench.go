@@ -1,0 +1,396 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Row is one pgbench workload run against every target.
+type Row struct {
+	Script  string             `json:"script"` // select | tpcb
+	Mode    string             `json:"mode"`   // simple | extended | prepared
+	Clients int                `json:"clients"`
+	Results map[string]*Result `json:"results"` // by target name
+}
+
+// Result is one pgbench run.
+type Result struct {
+	Target       string  `json:"target"`
+	Failed       bool    `json:"failed"`
+	Error        string  `json:"error,omitempty"`
+	Transactions int64   `json:"transactions"`
+	TPS          float64 `json:"tps"`
+	P50ms        float64 `json:"p50_ms"`
+	P99ms        float64 `json:"p99_ms"`
+	// Pooler CPU (utime+stime) during the run; -1 for direct.
+	CPUSeconds    float64 `json:"pooler_cpu_seconds"`
+	CPUPer1000Txn float64 `json:"pooler_cpu_seconds_per_1000_txn"`
+	WallSeconds   float64 `json:"wall_seconds"`
+	CPUWindow     string  `json:"pooler_cpu_window,omitempty"`
+	Profile       string  `json:"pprof,omitempty"`
+}
+
+func (r *Row) label() string {
+	s := "-S"
+	if r.Script == "tpcb" {
+		s = "tpcb"
+	}
+	return fmt.Sprintf("%s %s c=%d", s, r.Mode, r.Clients)
+}
+
+func runMatrix(o *options, e *env, rep *Report) []*Row {
+	var rows []*Row
+	total := len(o.scripts) * len(o.modes) * len(o.clients)
+	n := 0
+	for _, script := range o.scripts {
+		for _, mode := range o.modes {
+			for _, c := range o.clients {
+				n++
+				row := &Row{Script: script, Mode: mode, Clients: c, Results: map[string]*Result{}}
+				for _, t := range e.targets() {
+					if t.Name == "direct" && c > o.directMaxClients {
+						continue // printed as n/a
+					}
+					if script == "tpcb" {
+						// What pgbench's own pre-run vacuum does, done directly
+						// so every target starts from the same table state.
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						_ = e.cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
+						cancel()
+					}
+					r := runPgbench(o, e, t, row)
+					settle(e, o)
+					row.Results[t.Name] = r
+					if r.Failed {
+						logf("[%d/%d] %-22s %-9s fails: %s", n, total, row.label(), t.Name, r.Error)
+					} else {
+						logf("[%d/%d] %-22s %-9s %9.0f tps  p50 %6.2f ms  p99 %7.2f ms  cpu %s",
+							n, total, row.label(), t.Name, r.TPS, r.P50ms, r.P99ms, cpuStr(r))
+					}
+				}
+				rows = append(rows, row)
+			}
+		}
+	}
+	return rows
+}
+
+// settle waits (up to a minute) until the benchmark role's backends are
+// back to what the poolers keep open, so 1,000 exiting direct backends do
+// not slow down the next target's run.
+func settle(e *env, o *options) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, e.cluster.SuperuserDSN("postgres"))
+	if err != nil {
+		return
+	}
+	defer c.Close(context.Background())
+	for ctx.Err() == nil {
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", benchUser).Scan(&n); err != nil {
+			return
+		}
+		if n <= 2*o.budget+6 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func cpuStr(r *Result) string {
+	if r.CPUPer1000Txn < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f µs/txn", r.CPUPer1000Txn*1000)
+}
+
+var (
+	reTxns = regexp.MustCompile(`number of transactions actually processed: (\d+)`)
+	reTPS  = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+)
+
+func runPgbench(o *options, e *env, t *target, row *Row) *Result {
+	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1}
+	dir, err := os.MkdirTemp(e.work, "pgbench-")
+	if err != nil {
+		r.Failed, r.Error = true, err.Error()
+		return r
+	}
+	defer func() {
+		if !o.keep {
+			os.RemoveAll(dir)
+		}
+	}()
+	j := 2
+	if row.Clients < j {
+		j = row.Clients
+	}
+	args := []string{"-n", "-h", t.Host, "-p", strconv.Itoa(t.Port), "-U", benchUser,
+		"-M", row.Mode, "-c", strconv.Itoa(row.Clients), "-j", strconv.Itoa(j),
+		"-T", strconv.Itoa(runSeconds(o, row.Clients)), "-l", "--log-prefix", filepath.Join(dir, "log")}
+	if row.Script == "select" {
+		args = append(args, "-S")
+	}
+	args = append(args, benchDB)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.duration)*time.Second+3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pgbench", args...)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+benchPassword)
+
+	var before int64
+	var samples <-chan []cpuSample
+	stop := make(chan struct{})
+	if t.Proc != nil {
+		before, _ = cpuTicks(t.Proc.pid())
+		samples = sampleCPU(t.Proc.pid(), stop)
+	}
+	var prof chan string
+	if t.Name == "lockpool" && o.pprofDir != "" {
+		prof = make(chan string, 1)
+		go func() { prof <- fetchProfile(o, t, row) }()
+	}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	r.WallSeconds = time.Since(start).Seconds()
+	close(stop)
+	var cpu []cpuSample
+	if t.Proc != nil {
+		after, _ := cpuTicks(t.Proc.pid())
+		r.CPUSeconds = float64(after-before) / clkTck
+		cpu = <-samples
+	}
+	if prof != nil {
+		r.Profile = <-prof
+	}
+	text := string(out)
+	if m := reTxns.FindStringSubmatch(text); m != nil {
+		r.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m := reTPS.FindStringSubmatch(text); m != nil {
+		r.TPS, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if err != nil || strings.Contains(text, "Run was aborted") || r.Transactions == 0 {
+		r.Failed = true
+		r.Error = firstError(text, err)
+		return r
+	}
+	logs := readLogs(dir)
+	r.P50ms, r.P99ms = logs.pct(0.50), logs.pct(0.99)
+	if r.CPUSeconds >= 0 && r.Transactions > 0 {
+		// Whole run, logins included, as a fallback.
+		r.CPUPer1000Txn = r.CPUSeconds / float64(r.Transactions) * 1000
+		r.CPUWindow = "whole run"
+		if cpu, n, ok := steadyCPU(cpu, logs); ok {
+			r.CPUPer1000Txn = cpu / float64(n) * 1000
+			r.CPUWindow = fmt.Sprintf("steady state: %.2f s CPU over %d txns", cpu, n)
+		}
+	}
+	if t.Proc != nil && !t.Proc.alive() {
+		r.Failed, r.Error = true, "process died: "+t.Proc.logTail()
+	}
+	return r
+}
+
+// runSeconds is pgbench's -T for a row. pgbench counts its connection phase
+// in -T (it reports tps without it), and 1,000 logins take seconds here, so
+// large rows get 6 s more, the same for every target.
+func runSeconds(o *options, clients int) int {
+	if clients >= 500 {
+		return o.duration + 6
+	}
+	return o.duration
+}
+
+func firstError(text string, err error) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "error") || strings.Contains(l, "ERROR") || strings.Contains(l, "FATAL") {
+			l = strings.TrimSpace(l)
+			if len(l) > 200 {
+				l = l[:200]
+			}
+			return l
+		}
+	}
+	tail := strings.TrimSpace(text)
+	if i := strings.LastIndex(tail, "\n"); i >= 0 && len(tail)-i < 200 {
+		tail = tail[i+1:]
+	}
+	tail = trunc(tail, 200)
+	if err != nil {
+		return err.Error() + ": " + tail
+	}
+	return "no transactions: " + tail
+}
+
+// txnLog is what pgbench's per-transaction logs (client_id txn_no
+// latency_us script_no epoch epoch_us) say about a run.
+type txnLog struct {
+	lat []int64 // latency µs, sorted
+	end []int64 // completion time, µs since the epoch, sorted
+	// steady state: from the moment every pgbench thread finished its
+	// first transaction (threads connect all their clients first) to the
+	// moment the first thread finished its last one.
+	from, to int64
+}
+
+func readLogs(dir string) *txnLog {
+	files, _ := filepath.Glob(filepath.Join(dir, "log.*"))
+	l := &txnLog{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		var first, last int64 = -1, -1
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 6 {
+				continue
+			}
+			v, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				continue // "failed" / "skipped"
+			}
+			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
+			us, err2 := strconv.ParseInt(fields[5], 10, 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			t := sec*1e6 + us
+			l.lat = append(l.lat, v)
+			l.end = append(l.end, t)
+			if first < 0 || t < first {
+				first = t
+			}
+			if t > last {
+				last = t
+			}
+		}
+		fh.Close()
+		if first >= 0 {
+			if first > l.from {
+				l.from = first
+			}
+			if l.to == 0 || last < l.to {
+				l.to = last
+			}
+		}
+	}
+	sort.Slice(l.lat, func(i, j int) bool { return l.lat[i] < l.lat[j] })
+	sort.Slice(l.end, func(i, j int) bool { return l.end[i] < l.end[j] })
+	return l
+}
+
+// pct returns the p-quantile of the latencies in ms (-1 when none).
+func (l *txnLog) pct(p float64) float64 {
+	if len(l.lat) == 0 {
+		return -1
+	}
+	return float64(l.lat[int(p*float64(len(l.lat)-1))]) / 1000
+}
+
+// count returns the transactions completed in (a, b] (µs since the epoch).
+func (l *txnLog) count(a, b int64) int64 {
+	i := sort.Search(len(l.end), func(i int) bool { return l.end[i] > a })
+	j := sort.Search(len(l.end), func(i int) bool { return l.end[i] > b })
+	return int64(j - i)
+}
+
+// cpuSample is the pooler's CPU time at one moment.
+type cpuSample struct {
+	at    int64 // µs since the epoch
+	ticks int64
+}
+
+// sampleCPU records pid's CPU time every 100 ms until stop is closed.
+func sampleCPU(pid int, stop <-chan struct{}) <-chan []cpuSample {
+	out := make(chan []cpuSample, 1)
+	go func() {
+		var s []cpuSample
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			if t, err := cpuTicks(pid); err == nil {
+				s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
+			}
+			select {
+			case <-stop:
+				if t, err := cpuTicks(pid); err == nil {
+					s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
+				}
+				out <- s
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return out
+}
+
+// steadyCPU returns the pooler CPU seconds and the transactions completed
+// between the first sample inside the steady state and the last one, so
+// that logins (SCRAM for 1,000 clients costs the pooler too) do not count
+// as per-transaction CPU. ok is false when the window is under a second.
+func steadyCPU(samples []cpuSample, l *txnLog) (cpu float64, txns int64, ok bool) {
+	var a, b *cpuSample
+	for i := range samples {
+		s := &samples[i]
+		if s.at >= l.from && a == nil {
+			a = s
+		}
+		if s.at <= l.to {
+			b = s
+		}
+	}
+	if a == nil || b == nil || b.at-a.at < 1e6 {
+		return 0, 0, false
+	}
+	n := l.count(a.at, b.at)
+	if n == 0 {
+		return 0, 0, false
+	}
+	return float64(b.ticks-a.ticks) / clkTck, n, true
+}
+
+// fetchProfile takes a CPU profile from lockpool's admin listener for
+// (roughly) the length of the run.
+func fetchProfile(o *options, t *target, row *Row) string {
+	secs := o.duration - 1
+	if secs < 1 {
+		secs = 1
+	}
+	_ = os.MkdirAll(o.pprofDir, 0o755)
+	name := filepath.Join(o.pprofDir, fmt.Sprintf("lockpool-%s-%s-c%d.pprof", row.Script, row.Mode, row.Clients))
+	// Skip the login phase (the extra seconds large rows get) so the
+	// profile shows transactions, not SCRAM.
+	time.Sleep(time.Duration(runSeconds(o, row.Clients)-o.duration)*time.Second + 700*time.Millisecond)
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.AdminURL, secs))
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(name)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		return "error: " + err.Error()
+	}
+	return name
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+func printReport(w io.Writer, rep *Report) {
+	m := rep.Machine
+	fmt.Fprintf(w, "\nlockpool benchmark — %s\n", rep.Date)
+	fmt.Fprintf(w, "machine: %d CPUs (nproc), %s, %d MB RAM, Linux %s, load at start %s\n",
+		m.NProc, m.CPUModel, m.MemTotalKB/1024, m.Kernel, m.LoadAvg)
+	fmt.Fprintf(w, "software: %s; %s; %s\n", m.PostgreSQL, orNA(m.PgBouncer), m.Go)
+	fmt.Fprintf(w, "command: %s\n", rep.Command)
+	s := rep.Settings
+	fmt.Fprintf(w, "settings: pgbench -T %d -j 2 (≤ clients), scale %d; server-connection budget %d for lockpool (max_pinned %d) and PgBouncer (default_pool_size); PostgreSQL max_connections %d for direct\n\n",
+		s.DurationSec, s.Scale, s.Budget, s.MaxPinned, s.DirectMaxConn)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "workload\tdirect\tlockpool\tpgbouncer\tlp/pgb\tlp/direct\tp50 ms d/lp/pgb\tp99 ms d/lp/pgb\tcpu µs/txn lp/pgb\tcpu lp/pgb\tnote\t")
+	ext := map[string]*Result{}
+	for _, r := range rep.Rows {
+		if r.Mode == "extended" {
+			ext[fmt.Sprintf("%s/%d", r.Script, r.Clients)] = r.Results["lockpool"]
+		}
+	}
+	for _, r := range rep.Rows {
+		d, lp, pb := r.Results["direct"], r.Results["lockpool"], r.Results["pgbouncer"]
+		note := ""
+		if r.Mode == "prepared" {
+			if e := ext[fmt.Sprintf("%s/%d", r.Script, r.Clients)]; ok(e) && ok(lp) {
+				note = fmt.Sprintf("lp prepared/extended %.2f", lp.TPS/e.TPS)
+			}
+		}
+		for _, x := range []*Result{d, lp, pb} {
+			if x != nil && x.Failed && x.Target != "pgbouncer" {
+				note = strings.TrimSpace(note + " " + x.Target + ": " + trunc(x.Error, 60))
+			}
+		}
+		fmt.Fprintf(tw, "%s tps\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.label(), tps(d), tps(lp), tps(pb), ratio(lp, pb, func(x *Result) float64 { return x.TPS }),
+			ratio(lp, d, func(x *Result) float64 { return x.TPS }),
+			triple(d, lp, pb, func(x *Result) float64 { return x.P50ms }),
+			triple(d, lp, pb, func(x *Result) float64 { return x.P99ms }),
+			cpuPair(lp, pb), cpuRatio(lp, pb), note)
+	}
+	var idleLP, idlePB *IdleResult
+	for _, x := range rep.Idle {
+		switch x.Target {
+		case "lockpool":
+			idleLP = x
+		case "pgbouncer":
+			idlePB = x
+		}
+	}
+	if idleLP != nil || idlePB != nil {
+		n := 0
+		if idleLP != nil {
+			n = idleLP.Clients
+		} else {
+			n = idlePB.Clients
+		}
+		r := "n/a"
+		if idleLP != nil && idlePB != nil && idlePB.KBPerClient > 0 {
+			r = fmt.Sprintf("%.2f", idleLP.KBPerClient/idlePB.KBPerClient)
+		}
+		fmt.Fprintf(tw, "idle %d clients: kB RSS/client\tn/a\t%s\t%s\t%s\tn/a\t\t\t\t\t%s\t\n", n,
+			idleKB(idleLP), idleKB(idlePB), r, "connected lp "+idleConn(idleLP)+", pgb "+idleConn(idlePB))
+	}
+	if l := rep.Lease; l != nil {
+		note := fmt.Sprintf("%d errors, lockpool cpu %.1f µs/pair", l.Errors, l.CPUPer1000*1000)
+		if l.FirstError != "" {
+			note += "; " + trunc(l.FirstError, 60)
+		}
+		fmt.Fprintf(tw, "lease acquire+release pairs/s, %d sessions\tn/a\t%.0f\tn/a\tn/a\tn/a\t\t\t\t\t%s\t\n", l.Sessions, l.PairsPerSec, note)
+	}
+	if x := rep.Mixed; x != nil {
+		if x.Error != "" {
+			fmt.Fprintf(tw, "mixed %d%% pinned\tn/a\tfails\tn/a\tn/a\tn/a\t\t\t\t\t%s\t\n", 20, trunc(x.Error, 80))
+		} else {
+			fmt.Fprintf(tw, "mixed: %d unpinned tps, %d pinned vs 0\tn/a\t%.0f vs %.0f\tn/a\tn/a\tn/a\t\t\t\t\tpinned/no-pins %.3f (pinned seen %g)\t\n",
+				x.Sessions-x.Pinned, x.Pinned, x.WithPinsTPS, x.NoPinsTPS, x.Ratio, x.PinnedSeen)
+		}
+	}
+	tw.Flush()
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	printTargets(w, rep, idleLP)
+}
+
+// printTargets checks the issue's targets against this run.
+func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
+	fmt.Fprintln(w, "\ntargets (issue 6):")
+	var worst float64 = -1
+	var worstRow string
+	for _, r := range rep.Rows {
+		if r.Clients < 10 || r.Mode == "prepared" {
+			continue
+		}
+		lp, pb := r.Results["lockpool"], r.Results["pgbouncer"]
+		if ok(lp) && ok(pb) {
+			q := lp.TPS / pb.TPS
+			if worst < 0 || q < worst {
+				worst, worstRow = q, r.label()
+			}
+		}
+	}
+	if worst >= 0 {
+		fmt.Fprintf(w, "  throughput lp/pgb ≥ 1.0 (c ≥ 10, simple+extended): worst %.2f (%s) %s\n", worst, worstRow, mark(worst >= 1.0))
+	}
+	var cpuWorst float64 = -1
+	var cpuRow string
+	for _, r := range rep.Rows {
+		lp, pb := r.Results["lockpool"], r.Results["pgbouncer"]
+		if ok(lp) && ok(pb) && pb.CPUPer1000Txn > 0 {
+			q := lp.CPUPer1000Txn / pb.CPUPer1000Txn
+			if q > cpuWorst {
+				cpuWorst, cpuRow = q, r.label()
+			}
+		}
+	}
+	if cpuWorst >= 0 {
+		fmt.Fprintf(w, "  cpu/txn lp/pgb ≤ 1.0: worst %.2f (%s) %s\n", cpuWorst, cpuRow, mark(cpuWorst <= 1.0))
+	}
+	for _, r := range rep.Rows {
+		if r.Clients != 100 || r.Mode == "prepared" {
+			continue
+		}
+		lp, pb := r.Results["lockpool"], r.Results["pgbouncer"]
+		if ok(lp) && ok(pb) {
+			fmt.Fprintf(w, "  p99 at 100 clients ≤ pgb: %s: %.2f vs %.2f ms %s\n", r.label(), lp.P99ms, pb.P99ms, mark(lp.P99ms <= pb.P99ms))
+		}
+	}
+	if idleLP != nil {
+		fmt.Fprintf(w, "  ≤ 8 kB per idle client, all connect: %.2f kB, %d/%d connected %s\n", idleLP.KBPerClient, idleLP.Connected, idleLP.Clients,
+			mark(idleLP.KBPerClient <= 8 && idleLP.AllConnected))
+	}
+	ext := map[string]*Result{}
+	for _, r := range rep.Rows {
+		if r.Mode == "extended" {
+			ext[fmt.Sprintf("%s/%d", r.Script, r.Clients)] = r.Results["lockpool"]
+		}
+	}
+	for _, r := range rep.Rows {
+		if r.Mode != "prepared" {
+			continue
+		}
+		lp, e := r.Results["lockpool"], ext[fmt.Sprintf("%s/%d", r.Script, r.Clients)]
+		if ok(lp) && ok(e) {
+			q := lp.TPS / e.TPS
+			fmt.Fprintf(w, "  lp prepared ≥ 0.9 × extended: %s: %.2f %s\n", r.label(), q, mark(q >= 0.9))
+		} else if lp != nil && lp.Failed {
+			fmt.Fprintf(w, "  lp prepared ≥ 0.9 × extended: %s: lockpool fails: %s MISS\n", r.label(), lp.Error)
+		}
+	}
+	if x := rep.Mixed; x != nil && x.Error == "" {
+		fmt.Fprintf(w, "  unpinned ≥ 0.9 × no-pins: %.3f %s\n", x.Ratio, mark(x.Ratio >= 0.9))
+	}
+}
+
+func mark(b bool) string {
+	if b {
+		return "ok"
+	}
+	return "MISS"
+}
+
+func ok(r *Result) bool { return r != nil && !r.Failed && r.TPS > 0 }
+
+func tps(r *Result) string {
+	switch {
+	case r == nil:
+		return "n/a"
+	case r.Failed:
+		return "fails"
+	}
+	return fmt.Sprintf("%.0f", r.TPS)
+}
+
+func ratio(a, b *Result, f func(*Result) float64) string {
+	if !ok(a) || !ok(b) || f(b) == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", f(a)/f(b))
+}
+
+func triple(d, lp, pb *Result, f func(*Result) float64) string {
+	v := func(r *Result) string {
+		if !ok(r) || f(r) < 0 {
+			return "-"
+		}
+		x := f(r)
+		if x >= 100 {
+			return fmt.Sprintf("%.0f", x)
+		}
+		return fmt.Sprintf("%.2f", x)
+	}
+	return v(d) + " / " + v(lp) + " / " + v(pb)
+}
+
+func cpuPair(lp, pb *Result) string {
+	v := func(r *Result) string {
+		if !ok(r) || r.CPUPer1000Txn < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", r.CPUPer1000Txn*1000)
+	}
+	return v(lp) + " / " + v(pb)
+}
+
+func cpuRatio(lp, pb *Result) string {
+	if !ok(lp) || !ok(pb) || pb.CPUPer1000Txn <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", lp.CPUPer1000Txn/pb.CPUPer1000Txn)
+}
+
+func idleKB(x *IdleResult) string {
+	if x == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", x.KBPerClient)
+}
+
+func idleConn(x *IdleResult) string {
+	if x == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%d/%d", x.Connected, x.Clients)
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "PgBouncer n/a"
+	}
+	return s
+}
+
+func trunc(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
