@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench.sh runs lockpool's benchmark harness (integration/bench) end to end:
+# it installs PostgreSQL and PgBouncer with apt-get when missing, then starts
+# its own PostgreSQL, a freshly built lockpool and PgBouncer (same
+# server-connection budget), runs pgbench against direct PostgreSQL,
+# lockpool and PgBouncer in turn, the idle-client memory test, the lease
+# throughput test and the mixed pinned run, prints one table and writes
+# bench-results/<date>.json. Takes about 13 minutes on 2 cores.
+#
+#   scripts/bench.sh                      # the full run
+#   scripts/bench.sh -T 2 -clients 10,100 -idle 1000   # a quick smoke run
+#
+# Any flag is passed to `go run ./integration/bench` (see -h).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v pgbench >/dev/null || need+=(postgresql postgresql-contrib)
+command -v pgbouncer >/dev/null || need+=(pgbouncer)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} (apt-get)…" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # The Debian package starts a system-wide PgBouncer on port 6432; the
+  # harness runs its own on a free port, so stop the service if it started.
+  if command -v systemctl >/dev/null && systemctl is-active --quiet pgbouncer 2>/dev/null; then
+    $SUDO systemctl stop pgbouncer || true
+  fi
+fi
+out="bench-results/$(date -u +%Y-%m-%dT%H%M%SZ).json"
+exec go run ./integration/bench -out "$out" "$@"
