@@ -196,7 +196,7 @@ func FuzzSession(f *testing.F) {
 		client, server := net.Pipe()
 		defer client.Close()
 		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReaderSize(server, clientReadBuf)
+		br := bufio.NewReaderSize(server, startupReadBuf)
 		ss := newSession(s, server, br, as, "app", "app", map[string]string{"user": "app", "database": "app"})
 		if !s.register(ss) {
 			t.Fatal("register")

@@ -27,12 +27,18 @@ const (
 	maxStartupLen     = 10000
 )
 
-// clientReadBuf is the size of a session's client read buffer.
-const clientReadBuf = 4096
+// startupReadBuf is the read buffer of the startup and login phase (the
+// session then reads through its own lazyReader).
+const startupReadBuf = 512
 
 // handleConn runs one client connection from its first byte to its close.
 func (s *Server) handleConn(nc net.Conn) {
-	defer nc.Close()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			nc.Close()
+		}
+	}()
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		_ = tc.SetKeepAlive(true)
@@ -62,7 +68,15 @@ func (s *Server) handleConn(nc net.Conn) {
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	ss.serve()
+	// Serve on a fresh goroutine: login (SCRAM, TLS) grew this one's stack,
+	// and an idle session should cost a small stack, not that one.
+	handedOff = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer nc.Close()
+		ss.serve()
+	}()
 }
 
 var errCancelHandled = errors.New("cancel request handled")
@@ -72,7 +86,7 @@ var errCancelHandled = errors.New("cancel request handled")
 // connection, its reader, and the startup parameters.
 func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]string, error) {
 	conn := nc
-	br := bufio.NewReaderSize(conn, clientReadBuf)
+	br := bufio.NewReaderSize(conn, startupReadBuf)
 	for {
 		hdr, err := br.Peek(8)
 		if err != nil {
@@ -110,7 +124,7 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]s
 				return conn, br, nil, fmt.Errorf("tls handshake: %w", err)
 			}
 			conn = tc
-			br = bufio.NewReaderSize(conn, clientReadBuf)
+			br = bufio.NewReaderSize(conn, startupReadBuf)
 		case codeGSSENCRequest:
 			if _, err := conn.Write([]byte{'N'}); err != nil {
 				return conn, br, nil, err

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Lock churn: clients take (try-lock, or a blocking lock bounded by the
+// session's lock_timeout), stack, release and drop advisory locks on a small
+// key space, keeping a model of what they hold; the checker compares
+// pg_locks with the models.
+
+const (
+	lockKeyBase = 7700001
+	lockKeyN    = 6
+	lockTimeout = "300ms"
+)
+
+const lockKeyExpr = "((l.classid::bigint << 32) | l.objid::bigint)"
+
+// ownLocksSQL reports the serving backend, its soak keys and lock_timeout.
+const ownLocksSQL = "SELECT pg_backend_pid(), ARRAY(SELECT " + lockKeyExpr +
+	" FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = pg_backend_pid() AND " +
+	lockKeyExpr + " BETWEEN 7700001 AND 7700006 ORDER BY 1)::bigint[], current_setting('lock_timeout')"
+
+// lockIv is one period in which a client may hold key on backend pid: from
+// just before the acquiring statement was sent until just after the
+// releasing statement answered (or the client was killed, plus the grace).
+type lockIv struct {
+	key    int64
+	client int
+	pid    uint32 // 0 until the acquiring statement answered: any backend
+	from   time.Time
+	to     time.Time // zero while open
+}
+
+type lockLog struct {
+	mu    sync.Mutex
+	byKey map[int64][]*lockIv
+}
+
+func newLockLog() *lockLog { return &lockLog{byKey: map[int64][]*lockIv{}} }
+
+func (g *lockLog) open(client int, key int64) *lockIv {
+	iv := &lockIv{key: key, client: client, from: time.Now()}
+	g.mu.Lock()
+	g.byKey[key] = append(g.byKey[key], iv)
+	g.mu.Unlock()
+	return iv
+}
+
+func (g *lockLog) setPID(iv *lockIv, pid uint32) {
+	g.mu.Lock()
+	iv.pid = pid
+	g.mu.Unlock()
+}
+
+func (g *lockLog) close(iv *lockIv, at time.Time) {
+	g.mu.Lock()
+	if iv.to.IsZero() {
+		iv.to = at
+	}
+	g.mu.Unlock()
+}
+
+// explains reports whether some client may have held key on pid at some
+// moment between qs and qe.
+func (g *lockLog) explains(pid uint32, key int64, qs, qe time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, iv := range g.byKey[key] {
+		if iv.from.After(qe) || (!iv.to.IsZero() && iv.to.Before(qs)) {
+			continue
+		}
+		if iv.pid == 0 || iv.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// prune drops intervals that ended before t.
+func (g *lockLog) prune(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, ivs := range g.byKey {
+		keep := ivs[:0]
+		for _, iv := range ivs {
+			if iv.to.IsZero() || iv.to.After(t) {
+				keep = append(keep, iv)
+			}
+		}
+		g.byKey[k] = keep
+	}
+}
+
+type lockClient struct {
+	base
+	rng  *rand.Rand
+	held map[int64][]*lockIv
+	pid  uint32 // the pinned backend while held is not empty
+}
+
+var lockModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
+
+func newLockClient(s *soak, id int, seed int64) *lockClient {
+	c := &lockClient{rng: rand.New(rand.NewSource(seed)), held: map[int64][]*lockIv{}}
+	c.base = base{s: s, kind: "lock", id: id}
+	c.afterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		// A session setting: it must follow the client to every server
+		// connection (checked by verify).
+		_, err := conn.Exec(ctx, "SET lock_timeout = '"+lockTimeout+"'", pgx.QueryExecModeSimpleProtocol)
+		return err
+	}
+	return c
+}
+
+func (c *lockClient) mode() pgx.QueryExecMode { return lockModes[c.rng.Intn(len(lockModes))] }
+
+func (c *lockClient) heldKeys() []int64 {
+	var ks []int64
+	for k, s := range c.held {
+		if len(s) > 0 {
+			ks = append(ks, k)
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+func (c *lockClient) pickKey() int64 { return lockKeyBase + int64(c.rng.Intn(lockKeyN)) }
+
+func (c *lockClient) push(key int64, iv *lockIv, pid uint32) {
+	if len(c.heldKeys()) > 0 && pid != c.pid {
+		c.s.violatef("lock", "%s: took %d on backend %d while pinned to backend %d", c.name(), key, pid, c.pid)
+	}
+	c.pid = pid
+	c.s.locks.setPID(iv, pid)
+	c.held[key] = append(c.held[key], iv)
+	c.holding.Store(true)
+}
+
+// dropAll forgets every lock, closing the intervals at `at`.
+func (c *lockClient) dropAll(at time.Time) {
+	for k, s := range c.held {
+		for _, iv := range s {
+			c.s.locks.close(iv, at)
+		}
+		delete(c.held, k)
+	}
+	c.pid = 0
+	c.holding.Store(false)
+}
+
+// failed handles an error of an operation; ivs are the intervals that
+// operation opened and did not push. Errors after a kill and 53300 are
+// acceptable outcomes; anything else is counted as unexpected.
+func (c *lockClient) failed(op string, err error, ivs ...*lockIv) {
+	now := time.Now()
+	if at, ok := c.killed(); ok {
+		// lockpool has the grace from the moment the socket was closed.
+		end := at.Add(killGrace)
+		for _, iv := range ivs {
+			c.s.locks.close(iv, end)
+		}
+		c.dropAll(end)
+		c.drop()
+		c.s.count("lock: operations cut by a kill")
+		return
+	}
+	if sqlState(err) == "53300" {
+		for _, iv := range ivs {
+			c.s.locks.close(iv, now)
+		}
+		c.s.count("lock: 53300 (no pin slot / connection within wait_timeout)")
+		return
+	}
+	c.s.unexpectedf("%s: %s: %v", c.name(), op, err)
+	for _, iv := range ivs {
+		c.s.locks.close(iv, now.Add(killGrace))
+	}
+	c.dropAll(now.Add(killGrace))
+	c.drop()
+}
+
+func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
+	key := c.pickKey()
+	if ks := c.heldKeys(); len(ks) > 0 && c.rng.Intn(5) == 0 {
+		key = ks[c.rng.Intn(len(ks))] // stack
+	}
+	iv := c.s.locks.open(c.id, key)
+	var ok bool
+	var pid int32
+	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	now := time.Now()
+	if err != nil {
+		c.failed("pg_try_advisory_lock", err, iv)
+		return
+	}
+	c.s.lockOps.Add(1)
+	if !ok {
+		c.s.locks.close(iv, now)
+		c.s.count("lock: pg_try_advisory_lock = false")
+		if len(c.held[key]) > 0 {
+			c.s.violatef("lock", "%s: pg_try_advisory_lock(%d) = false on backend %d although it holds the key (pinned to %d)", c.name(), key, pid, c.pid)
+		}
+		return
+	}
+	c.s.count("lock: pg_try_advisory_lock = true")
+	c.push(key, iv, uint32(pid))
+}
+
+// opLock is a blocking pg_advisory_lock bounded by the session's
+// lock_timeout.
+func (c *lockClient) opLock(ctx context.Context, conn *pgx.Conn) {
+	var key int64
+	for i := 0; i < 4; i++ {
+		key = c.pickKey()
+		if len(c.held[key]) == 0 {
+			break
+		}
+	}
+	if len(c.held[key]) > 0 {
+		return
+	}
+	iv := c.s.locks.open(c.id, key)
+	var s string
+	var pid int32
+	err := conn.QueryRow(ctx, "SELECT pg_advisory_lock($1::bigint)::text, pg_backend_pid()", c.mode(), key).Scan(&s, &pid)
+	switch {
+	case err == nil:
+		c.s.lockOps.Add(1)
+		c.s.count("lock: pg_advisory_lock granted")
+		c.push(key, iv, uint32(pid))
+	case sqlState(err) == "55P03":
+		c.s.lockOps.Add(1)
+		c.s.count("lock: pg_advisory_lock 55P03 (lock_timeout)")
+		// PostgreSQL may grant the lock in the instant lock_timeout fires:
+		// ask the session what it holds.
+		var p int32
+		var keys []int64
+		var lt string
+		if err := conn.QueryRow(ctx, ownLocksSQL).Scan(&p, &keys, &lt); err != nil {
+			c.failed("own-locks query after lock_timeout", err, iv)
+			return
+		}
+		if slices.Contains(keys, key) {
+			c.s.count("lock: lock_timeout but granted")
+			c.push(key, iv, uint32(p))
+			return
+		}
+		c.s.locks.close(iv, time.Now())
+	default:
+		c.failed("pg_advisory_lock", err, iv)
+	}
+}
+
+func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
+	key := c.pickKey()
+	if ks := c.heldKeys(); len(ks) > 0 && c.rng.Intn(6) != 0 {
+		key = ks[c.rng.Intn(len(ks))]
+	}
+	var ok bool
+	var pid int32
+	err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	now := time.Now()
+	if err != nil {
+		c.failed("pg_advisory_unlock", err)
+		return
+	}
+	c.s.lockOps.Add(1)
+	c.s.count(fmt.Sprintf("lock: pg_advisory_unlock = %v", ok))
+	holds := len(c.held[key]) > 0
+	if ok != holds {
+		c.s.violatef("lock", "%s: pg_advisory_unlock(%d) = %v on backend %d, but the client holds it %d times (pinned backend %d)", c.name(), key, ok, pid, len(c.held[key]), c.pid)
+	}
+	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+		c.s.violatef("lock", "%s: pg_advisory_unlock ran on backend %d while pinned to %d", c.name(), pid, c.pid)
+	}
+	if ok && holds {
+		s := c.held[key]
+		c.s.locks.close(s[len(s)-1], now)
+		c.held[key] = s[:len(s)-1]
+		if len(c.held[key]) == 0 {
+			delete(c.held, key)
+		}
+		if len(c.heldKeys()) == 0 {
+			c.pid = 0
+			c.holding.Store(false)
+		}
+	}
+}
+
+func (c *lockClient) opUnlockAll(ctx context.Context, conn *pgx.Conn) {
+	var s string
+	var pid int32
+	err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock_all()::text, pg_backend_pid()", c.mode()).Scan(&s, &pid)
+	if err != nil {
+		c.failed("pg_advisory_unlock_all", err)
+		return
+	}
+	c.s.lockOps.Add(1)
+	c.s.count("lock: pg_advisory_unlock_all")
+	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+		c.s.violatef("lock", "%s: pg_advisory_unlock_all ran on backend %d while pinned to %d", c.name(), pid, c.pid)
+	}
+	c.dropAll(time.Now())
+}
+
+// opVerify asks the serving backend which soak keys it holds (exactly the
+// model's, on the pinned backend) and whether lock_timeout followed.
+func (c *lockClient) opVerify(ctx context.Context, conn *pgx.Conn) {
+	var pid int32
+	var keys []int64
+	var lt string
+	if err := conn.QueryRow(ctx, ownLocksSQL, c.mode()).Scan(&pid, &keys, &lt); err != nil {
+		c.failed("own-locks query", err)
+		return
+	}
+	c.s.count("lock: verify own locks")
+	want := c.heldKeys()
+	if !slices.Equal(keys, want) && !(len(keys) == 0 && len(want) == 0) {
+		c.s.violatef("lock", "%s: its backend %d holds %v, the client believes it holds %v (pinned backend %d)", c.name(), pid, keys, want, c.pid)
+	}
+	if len(want) > 0 && uint32(pid) != c.pid {
+		c.s.violatef("lock", "%s: served by backend %d while pinned to %d", c.name(), pid, c.pid)
+	}
+	if lt != lockTimeout {
+		c.s.violatef("state", "%s: lock_timeout is %q on backend %d, the session set %q", c.name(), lt, pid, lockTimeout)
+	}
+}
+
+// run churns until the soak stops, then leaves politely.
+func (c *lockClient) run() {
+	for c.ensure() {
+		conn := c.c()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		holding := len(c.heldKeys()) > 0
+		p := c.rng.Intn(100)
+		switch {
+		case holding && p < 35, !holding && p < 4:
+			c.opUnlock(ctx, conn)
+		case holding && p < 43:
+			c.opUnlockAll(ctx, conn)
+		case p < 70:
+			c.opTry(ctx, conn)
+		case p < 88:
+			c.opLock(ctx, conn)
+		default:
+			c.opVerify(ctx, conn)
+		}
+		cancel()
+		time.Sleep(time.Duration(20+c.rng.Intn(130)) * time.Millisecond)
+	}
+	c.leave()
+}
+
+// leave disconnects at the end (Terminate); lockpool has the grace to
+// release what the client held.
+func (c *lockClient) leave() {
+	if c.c() == nil {
+		c.dropAll(time.Now())
+		return
+	}
+	at := time.Now().Add(killGrace)
+	c.drop()
+	c.dropAll(at)
+}
