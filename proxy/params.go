@@ -232,28 +232,19 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 		case 'D':
 			// set_config returns each value as the server spells it: that is
 			// the client's value from now on.
-			p := body
-			if len(p) < 2 {
-				return
-			}
-			p = p[2:]
-			for i := 0; i < len(setKeys) && len(p) >= 4; i++ {
-				l := int(int32(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
-				p = p[4:]
-				if l < 0 || l > len(p) {
+			dataRowColumns(body, func(i int, v []byte, null bool) {
+				if i >= len(setKeys) || null {
 					return
 				}
-				v := string(p[:l])
-				p = p[l:]
-				k := setKeys[i]
-				st.params[k] = v
-				if s.params.vals[k] != v {
-					s.params.set(k, v)
+				k, val := setKeys[i], string(v)
+				st.params[k] = val
+				if s.params.vals[k] != val {
+					s.params.set(k, val)
 					if canon, ok := reportedNames[k]; ok {
-						ps = appendParameterStatus(ps, canon, v)
+						ps = appendParameterStatus(ps, canon, val)
 					}
 				}
-			}
+			})
 		case 'S':
 			k, rest, ok := cstring(body)
 			if !ok {
@@ -355,28 +346,19 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 				st.params[lower(string(k))] = string(v)
 			}
 		case 'D':
-			p := body
-			if len(p) < 2 {
-				return
-			}
-			p = p[2:]
-			for i := 0; i < len(valid) && len(p) >= 4; i++ {
-				l := int(int32(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
-				p = p[4:]
-				k := valid[i]
-				if l < 0 {
-					delete(st.params, k)
-					s.params.reset(k)
-					continue
-				}
-				if l > len(p) {
+			dataRowColumns(body, func(i int, v []byte, null bool) {
+				if i >= len(valid) {
 					return
 				}
-				v := string(p[:l])
-				p = p[l:]
-				st.params[k] = v
-				s.params.set(k, v)
-			}
+				k := valid[i]
+				if null {
+					delete(st.params, k)
+					s.params.reset(k)
+					return
+				}
+				st.params[k] = string(v)
+				s.params.set(k, string(v))
+			})
 		}
 	})
 	if err != nil {

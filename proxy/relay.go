@@ -524,21 +524,14 @@ func (s *session) probe(sc *pool.Conn) (held bool, reason string, err error) {
 	if perr != nil {
 		return false, "", perr
 	}
-	// DataRow: int16 count, then (int32 len, bytes) per column.
 	if len(row) < 2 {
 		return false, "", errors.New("probe returned no row")
 	}
-	p := row[2:]
-	for i := 0; i < len(probeReasons) && len(p) >= 4; i++ {
-		l := int(int32(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])))
-		p = p[4:]
-		if l > 0 && l <= len(p) {
-			if p[0] == 't' && !held {
-				held, reason = true, probeReasons[i]
-			}
-			p = p[l:]
+	dataRowColumns(row, func(i int, v []byte, null bool) {
+		if i < len(probeReasons) && !null && len(v) > 0 && v[0] == 't' && !held {
+			held, reason = true, probeReasons[i]
 		}
-	}
+	})
 	return held, reason, nil
 }
 

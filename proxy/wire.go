@@ -174,3 +174,26 @@ func appendBindExecute(dst []byte, stmt string) []byte {
 	dst = append(dst, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
 	return dst
 }
+
+// dataRowColumns calls fn for each column of a DataRow body, in order, with
+// null set for SQL NULL. It stops at a malformed column.
+func dataRowColumns(body []byte, fn func(i int, v []byte, null bool)) {
+	if len(body) < 2 {
+		return
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	p := body[2:]
+	for i := 0; i < n && len(p) >= 4; i++ {
+		l := int(int32(binary.BigEndian.Uint32(p)))
+		p = p[4:]
+		if l < 0 {
+			fn(i, nil, true)
+			continue
+		}
+		if l > len(p) {
+			return
+		}
+		fn(i, p[:l], false)
+		p = p[l:]
+	}
+}
