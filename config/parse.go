@@ -133,7 +133,8 @@ var (
 	topKeys = []string{"listen", "admin_listen", "auth_method", "instance_id", "leak_check_interval",
 		"shutdown_timeout", "client_login_timeout", "idle_transaction_timeout", "max_message_size",
 		"max_client_connections", "admin_token",
-		"tls", "server", "users", "applications", "leases"}
+		"tls", "server", "users", "applications", "leases", "auth_query"}
+	authQueryKeys = []string{"user", "password", "database", "query", "cache_ttl"}
 	tlsKeys    = []string{"cert_file", "key_file", "required"}
 	serverKeys = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout", "tls", "ca_file"}
 	userKeys   = []string{"name", "password"}
@@ -649,6 +650,19 @@ func (p *parser) config(root *yaml.Node, cfg *Config) {
 		p.int(s, "max_prepared_statements", &a.MaxPreparedStatements)
 		p.int(s, "max_clients", &a.MaxClients)
 		cfg.Applications = append(cfg.Applications, a)
+	}
+
+	if top.has("auth_query") {
+		aq := p.section(top.vals["auth_query"], "auth_query", top.lineOf("auth_query"), authQueryKeys)
+		cfg.AuthQuery = &AuthQuery{Database: "postgres", Query: "SELECT usename, passwd FROM lockpool.user_lookup($1)", CacheTTL: 60 * time.Second}
+		p.str(aq, "user", &cfg.AuthQuery.User)
+		p.str(aq, "password", &cfg.AuthQuery.Password)
+		p.str(aq, "database", &cfg.AuthQuery.Database)
+		p.str(aq, "query", &cfg.AuthQuery.Query)
+		p.duration(aq, "cache_ttl", &cfg.AuthQuery.CacheTTL)
+		if cfg.AuthQuery.User == "" {
+			p.errorf(top.lineOf("auth_query"), "auth_query.user is required (the role that runs the lookup)")
+		}
 	}
 
 	s = p.section(top.vals["leases"], "leases", top.lineOf("leases"), leasesKeys)

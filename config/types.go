@@ -21,6 +21,7 @@ type Config struct {
 	Users                  []User
 	Applications           []Application
 	Leases                 Leases
+	AuthQuery              *AuthQuery // auth_query: nil when not configured
 
 	// Path is the file the config was read from ("" when parsed from bytes).
 	Path string
@@ -100,4 +101,14 @@ func (c *Config) UserByName(name string) (*User, bool) {
 		}
 	}
 	return nil, false
+}
+
+// AuthQuery looks up SCRAM verifiers of users not listed under users from
+// PostgreSQL, through a low-privilege role.
+type AuthQuery struct {
+	User     string        // user: the role lockpool logs in as to run the query
+	Password string        // password: its password
+	Database string        // database: where the lookup function lives (default postgres)
+	Query    string        // query: returns (name, verifier) for $1 (default SELECT usename, passwd FROM lockpool.user_lookup($1))
+	CacheTTL time.Duration // cache_ttl: how long a looked-up verifier is reused (default 60s)
 }

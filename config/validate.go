@@ -54,7 +54,7 @@ func (p *parser) validate(c *Config) {
 	p.atLeast(top, "max_client_connections", c.MaxClientConnections, 1)
 
 	// Users.
-	if len(c.Users) == 0 && !p.usersBad {
+	if len(c.Users) == 0 && !p.usersBad && c.AuthQuery == nil {
 		p.errorf(p.usersLine, "at least one user is required under users (name and password)")
 	}
 	userLine := map[string]int{}
@@ -101,7 +101,7 @@ func (p *parser) validate(c *Config) {
 			if !p.failed(s, "user") {
 				p.errorf(s.lineOf("user"), "%s: user is required (the role its clients log in as)", label)
 			}
-		case !hasUser(c.Users, a.User):
+		case !hasUser(c.Users, a.User) && c.AuthQuery == nil:
 			p.errorf(s.lineOf("user"), "%s: user %q is not defined under users", label, a.User)
 		}
 		if a.User != "" {

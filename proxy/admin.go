@@ -80,14 +80,21 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	if len(cfg.Applications) == 0 {
 		return nil, context.Canceled
 	}
-	app := cfg.Applications[0]
-	pw := ""
-	if u, ok := cfg.UserByName(app.User); ok {
-		pw = u.Password
+	// lockpool's own login: the first application user with a plaintext
+	// password, else the auth_query role.
+	user, pw, db := cfg.Applications[0].User, "", cfg.Applications[0].Database
+	found := false
+	for _, a := range cfg.Applications {
+		if u, ok := cfg.UserByName(a.User); ok && u.Password != "" && !strings.HasPrefix(u.Password, "SCRAM-SHA-256$") {
+			user, pw, db, found = a.User, u.Password, a.Database, true
+			break
+		}
 	}
-	db := app.Database
+	if !found && cfg.AuthQuery != nil {
+		user, pw, db = cfg.AuthQuery.User, cfg.AuthQuery.Password, cfg.AuthQuery.Database
+	}
 	if db == "" {
-		db = app.User
+		db = user
 	}
 	pc, err := pgconn.ParseConfig(serverTLSConnString(cfg))
 	if err != nil {
@@ -95,7 +102,7 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	}
 	pc.Host = cfg.Server.Host
 	pc.Port = uint16(cfg.Server.Port)
-	pc.User = app.User
+	pc.User = user
 	pc.Password = pw
 	pc.Database = db
 	pc.ConnectTimeout = time.Second

@@ -65,6 +65,7 @@ type Server struct {
 	metrics *metrics
 	tlsConf *tls.Config
 	health  healthProbe
+	authq   authLookup
 
 	rc atomic.Pointer[runtimeConfig]
 
@@ -160,7 +161,8 @@ func (s *Server) poolApps(cfg *config.Config) []pool.AppConfig {
 			MaxPinned:      a.MaxPinned,
 			WaitTimeout:    a.WaitTimeout,
 		}
-		if strings.HasPrefix(pw, "SCRAM-SHA-256$") {
+		_, listed := cfg.UserByName(a.User)
+		if strings.HasPrefix(pw, "SCRAM-SHA-256$") || !listed {
 			// Only a verifier is configured: log in to the server with the
 			// proof material of a client that logged in with SCRAM.
 			user := a.User
@@ -380,6 +382,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancel()
 	s.sweeper.Wait()
+	s.authq.close()
 	if s.leases != nil {
 		s.leases.Close()
 	}

@@ -244,6 +244,16 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 	cred := rc.creds[user]
 	if _, known := rc.cfg.UserByName(user); !known {
 		cred = nil
+		if rc.cfg.AuthQuery != nil {
+			ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
+			c, err := s.authq.lookup(ctx, rc.cfg, user)
+			cancel()
+			if err != nil {
+				s.log.Warn("auth_query lookup failed", "user", user, "err", err)
+				return nil, &pgError{Code: "08006", Message: "lockpool: cannot look up the user in PostgreSQL", Hint: "Check auth_query and that PostgreSQL is reachable."}
+			}
+			cred = c
+		}
 	}
 	ac := &authConn{c: conn, br: br}
 	method := rc.cfg.AuthMethod
