@@ -135,10 +135,10 @@ var (
 		"max_client_connections", "admin_token",
 		"tls", "server", "users", "applications", "leases", "auth_query"}
 	authQueryKeys = []string{"user", "password", "database", "query", "cache_ttl"}
-	tlsKeys    = []string{"cert_file", "key_file", "required"}
-	serverKeys = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout", "tls", "ca_file"}
-	userKeys   = []string{"name", "password"}
-	appKeys    = []string{"name", "user", "database", "pool_mode", "max_connections", "max_pinned",
+	tlsKeys       = []string{"cert_file", "key_file", "required"}
+	serverKeys    = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout", "tls", "ca_file"}
+	userKeys      = []string{"name", "password"}
+	appKeys       = []string{"name", "user", "database", "pool_mode", "max_connections", "max_pinned",
 		"advisory_locks", "session_state", "wait_timeout", "max_prepared_statements", "max_clients"}
 	leasesKeys = []string{"schema", "max_connections"}
 )
