@@ -296,11 +296,10 @@ func (s *session) onBind(n int) error {
 		s.sout = appendFrame(s.sout, 'B', body)
 		return nil
 	}
+	// body may alias the read buffer: nothing reads the client until the
+	// Bind is appended below.
 	if n >= 0 {
-		body = append([]byte(nil), body...)
-		portal, rest, _ = cstring(body)
-		_, tail, _ = cstring(rest)
-		s.consume(n)
+		defer s.consume(n)
 	}
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
@@ -352,7 +351,7 @@ func (s *session) onDescribe(n int) error {
 		}
 	}
 	if kind != 'S' || len(name) == 0 {
-		msg := append([]byte(nil), body...)
+		msg := body // valid until the next read; nothing reads the client before it is appended
 		s.consume(n)
 		if kind == 'S' {
 			if err := s.ensureUnnamed(); err != nil {
@@ -433,7 +432,7 @@ func (s *session) onClose(n int) error {
 		s.sout = appendClose(s.sout, 'S', noopStmt)
 		return nil
 	}
-	msg := append([]byte(nil), body...)
+	msg := body // valid until the next read
 	s.consume(n)
 	if _, err := s.reserve(fwdUnsynced, action{kind: '3'}); err != nil {
 		return s.attachFailed(err, false)
