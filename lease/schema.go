@@ -82,12 +82,16 @@ UNION ALL
 SELECT false, NULL::bigint, extract(epoch FROM c.expires_at) - extract(epoch FROM now())
   FROM %[1]s c WHERE c.name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`, n.table, n.seqLit)
 
+	// Renewals compare with clock_timestamp(), not now(): a renewal whose
+	// transaction began before a release and waited for its row lock must
+	// see the release (READ COMMITTED re-checks the row), or it would bring
+	// a released lease back to life.
 	n.renew = fmt.Sprintf(`UPDATE %s SET renewed_at = now(), expires_at = now() + $4::float8 * interval '1 second'
-WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()`, n.table)
+WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp()`, n.table)
 
 	n.renewMany = fmt.Sprintf(`UPDATE %s AS l SET renewed_at = now(), expires_at = now() + v.ttl * interval '1 second'
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::float8[]) AS v(name, holder, token, ttl)
-WHERE l.name = v.name AND l.holder = v.holder AND l.token = v.token AND l.expires_at > now()
+WHERE l.name = v.name AND l.holder = v.holder AND l.token = v.token AND l.expires_at > clock_timestamp()
 RETURNING l.token`, n.table)
 
 	// Release marks the row free (see the package doc: rows are kept so that
