@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,11 @@ applications:
 	}
 	_ = tx.Rollback(ctx)
 
+	// psql too.
+	out, err := l.psqlCmd(ctx, "other", "appdb", "-tA", "-c", "SELECT current_user").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "other" {
+		t.Errorf("psql through auth_query login: %q, %v", out, err)
+	}
 	if code, body := l.get("/health/ready"); code != 200 {
 		t.Errorf("/health/ready with only auth_query credentials: %d %s", code, body)
 	}
