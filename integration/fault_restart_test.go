@@ -62,7 +62,7 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 			t.Fatal(err)
 		}
 	}
-	yaml := flYAML(c, "", clients+10, "  idle_timeout: 2s\n  connect_timeout: 2s", role, appPassword,
+	yaml := flYAML(c, "", clients+10, "  idle_timeout: 2s\n  connect_timeout: 5s", role, appPassword,
 		fmt.Sprintf("    max_connections: %d\n    max_pinned: 1\n    wait_timeout: 5s", clients))
 	l, _ := flStart(t, yaml)
 	time.Sleep(100 * time.Millisecond)
