@@ -112,3 +112,14 @@ func sendCancel(t testing.TB, addr string, pid, secret uint32) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, _ = io.Copy(io.Discard, c)
 }
+
+// skipOrFail skips a test whose client tool is missing on a developer's
+// machine, and fails it under CI (where .ci/run installs the tools), so a
+// missing tool never hides a test in CI.
+func skipOrFail(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: .ci/run installs it)", why)
+	}
+	t.Skip(why)
+}

@@ -23,7 +23,7 @@ import (
 func TestPgbenchBudget10(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/pgbench"); err != nil {
-		t.Skip("pgbench not installed")
+		skipOrFail(t, "pgbench not installed")
 	}
 	const budget = 10
 	app := appYAML{name: "bench", user: "bench", db: "benchdb", max: budget, pinned: 1, advisory: "pin", state: "pin", wait: "60s"}

@@ -133,7 +133,7 @@ func TestLeaseClientsPgx(t *testing.T) {
 func TestLeaseClientsPsql(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/psql"); err != nil {
-		t.Skip("psql is not installed")
+		skipOrFail(t, "psql is not installed")
 	}
 	a := startLockpool(t, 10, "instance_id: psql-a")
 	b := startLockpool(t, 10, "instance_id: psql-b")
@@ -220,7 +220,7 @@ func TestLeaseClientsNode(t *testing.T) {
 	node, nodeErr := exec.LookPath("node")
 	_, modErr := os.Stat(filepath.Join(nodeDir, "node_modules", "pg", "package.json"))
 	if nodeErr != nil || modErr != nil {
-		t.Skip("node or integration/node/node_modules/pg is missing (run: npm ci --prefix integration/node)")
+		skipOrFail(t, "node or integration/node/node_modules/pg is missing (run: npm ci --prefix integration/node)")
 	}
 	a := startLockpool(t, 10, "instance_id: node-a")
 	b := startLockpool(t, 10, "instance_id: node-b")

@@ -37,7 +37,7 @@ func (s *lkSyncBuffer) String() string {
 func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/psql"); err != nil {
-		t.Skip("no /usr/bin/psql")
+		skipOrFail(t, "no /usr/bin/psql")
 	}
 	const app = "lk7"
 	const k = 7000001
