@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,9 +298,4 @@ applications:
 		time.Sleep(50 * time.Millisecond)
 	}
 	return p
-}
-
-// leaseSafeName turns a test name into a lease name prefix.
-func leaseSafeName(t testing.TB) string {
-	return strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 }

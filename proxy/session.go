@@ -701,7 +701,7 @@ func (s *session) onQuery(n int) error {
 	f := analyze(body[:len(body)-1])
 	if !f.Hit() {
 		s.consume(n)
-		return s.forwardQueryBody(n, body, "")
+		return s.forwardQueryBody(body)
 	}
 	sql := string(body[:len(body)-1])
 	s.consume(n)
@@ -724,9 +724,9 @@ func (s *session) onQuery(n int) error {
 	return nil
 }
 
-// forwardQueryBody forwards a Query whose body is still in the read buffer
-// (when it fit) or in body.
-func (s *session) forwardQueryBody(n int, body []byte, _ string) error {
+// forwardQueryBody forwards a Query unchanged; body may alias the read
+// buffer (nothing reads the client before it is appended).
+func (s *session) forwardQueryBody(body []byte) error {
 	if _, err := s.reserve(fwdBoundary); err != nil {
 		return s.attachFailed(err, true)
 	}
