@@ -93,9 +93,11 @@ func TestClientDiesMidTransaction(t *testing.T) {
 	if _, err := hj.Conn.Write(q); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, 5*time.Second, "the server to run the dying client's pg_sleep", func() bool {
+		n, err := countBackends(ctx, super, "usename = 'dier' AND state = 'active' AND query LIKE '%pg_sleep%'")
+		return err == nil && n == 1
+	})
 	_ = hj.Conn.Close()
-	time.Sleep(300 * time.Millisecond)
 	check("close while the server runs")
 
 	// 3. A psql process killed mid-transaction.
