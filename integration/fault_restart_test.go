@@ -120,6 +120,9 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 					_, err := tx.Exec(qctx, "INSERT INTO hist (id, delta) VALUES ($1, 1)", id)
 					return err
 				})
+				if err != nil {
+					rollbackFailedBegin(qctx, conn)
+				}
 				cancel()
 				record(err)
 				if err != nil {

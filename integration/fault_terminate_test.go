@@ -109,6 +109,9 @@ func TestFaultTerminateBackends(t *testing.T) {
 					_, err := tx.Exec(qctx, "SELECT pg_sleep(0.005)")
 					return err
 				})
+				if err != nil {
+					rollbackFailedBegin(qctx, conn)
+				}
 				cancel()
 				mu.Lock()
 				switch {
@@ -174,6 +177,9 @@ func TestFaultTerminateBackends(t *testing.T) {
 					err := pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
 						return tx.QueryRow(qctx, "SELECT pg_backend_pid()").Scan(&now)
 					})
+					if err != nil {
+						rollbackFailedBegin(qctx, conn)
+					}
 					cancel()
 					if err == nil && now != pid {
 						// The lock died with backend pid, yet the session

@@ -123,3 +123,13 @@ func skipOrFail(t testing.TB, why string) {
 	}
 	t.Skip(why)
 }
+
+// rollbackFailedBegin ends the failed transaction block a BEGIN leaves when
+// lockpool could not reach PostgreSQL for it (ReadyForQuery 'E': every
+// statement gets 25P02 until ROLLBACK, so none runs in autocommit by
+// mistake). pgx's Begin returns the error without ending the block.
+func rollbackFailedBegin(ctx context.Context, conn *pgx.Conn) {
+	if conn != nil && !conn.IsClosed() && conn.PgConn().TxStatus() == 'E' {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+}

@@ -346,6 +346,7 @@ func (c *lkrClient) opTryInTx(ctx context.Context) {
 	m := c.mode()
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
+		rollbackFailedBegin(ctx, c.conn)
 		if !c.acceptable(err) {
 			c.unexpected("BEGIN", err)
 		}
@@ -390,6 +391,7 @@ func (c *lkrClient) opTryInTx(ctx context.Context) {
 func (c *lkrClient) opXact(ctx context.Context) {
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
+		rollbackFailedBegin(ctx, c.conn)
 		if !c.acceptable(err) {
 			c.unexpected("BEGIN", err)
 		}
@@ -502,6 +504,7 @@ func (c *lkrClient) opUnlockAll(ctx context.Context) {
 func (c *lkrClient) opPlainTx(ctx context.Context) {
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
+		rollbackFailedBegin(ctx, c.conn)
 		if !c.acceptable(err) {
 			c.unexpected("BEGIN", err)
 		}

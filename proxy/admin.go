@@ -219,11 +219,9 @@ func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
 	byPID := map[uint32]who{}
 	s.mu.Lock()
 	for _, ss := range s.sessions {
-		ss.mu.Lock()
-		if ss.sc != nil {
-			byPID[ss.sc.PID] = who{ss.app.cfg.Name, ss.remote, ss.pinReason, ss.pinnedSince}
+		if v := ss.link.view(); v.attached {
+			byPID[v.backendPID] = who{ss.app.cfg.Name, ss.remote, v.pinReason, v.pinnedSince}
 		}
-		ss.mu.Unlock()
 	}
 	s.mu.Unlock()
 	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}}

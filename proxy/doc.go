@@ -1,31 +1,84 @@
 // Package proxy is lockpool's client side: the listener, startup (SSL/GSS
 // negotiation, TLS, authentication against the configured users), cancel
-// requests, and the session loop that relays each transaction to a pooled
-// server connection and answers lockpool's own functions.
+// requests, and the session that relays each transaction to a pooled server
+// connection and answers lockpool's own functions.
 //
-// A session runs two goroutines while it holds a server connection: the
-// session goroutine reads client messages and writes them to the server; the
-// relay goroutine reads server messages and writes them to the client. They
-// share a small state under session.mu: the queue of responses still owed by
-// the server (one boundary per Query, Sync or FunctionCall, and one entry per
-// Parse, Bind and Close whose reply lockpool must pass, swallow or translate),
-// whether messages were written after the last Sync, and the pin state.
+// # Who owns what
 //
-// Invariants:
+// One goroutine per client, the session goroutine, owns the session: it
+// reads the client, writes the server, reads the server's replies and
+// writes them to the client. Two small types hold what other goroutines may
+// see:
+//   - serverLink (link.go): the server connection and its life-cycle state,
+//     changed by the session goroutine under the link's lock, read by cancel
+//     requests, shutdown and the admin server.
+//   - clientOut (link.go): the client socket's write side. A FATAL is the
+//     last thing written; nothing is written after it.
+//
+// The only other goroutine that touches a session is the watcher: while a
+// pinned (or session-mode) client is idle it reads the server connection to
+// relay notifications and to notice the server's death. The session
+// goroutine takes the connection back (stopWatch) before it touches it.
+//
+// # States of the server link
+//
+//	           attach (pool.Acquire + parameter sync)
+//	detached ───────────────────────────────────────> attached
+//	   ▲   ▲                                           │  ▲  │ ▲
+//	   │   │ release at a safe point (unpinned)        │  │  │ │ client idle, pinned
+//	   │   └───────────────────────────────────────────┘  │  ▼ │
+//	   │                       write client messages      │ watched
+//	   │                          ┌───────────────────────┘
+//	   │                          ▼            ReadyForQuery, nothing owed
+//	   │                      relaying ──────────────────> probing ──> attached
+//	   │                          │   (needs a probe or read-back)
+//	   │  loss outside a tx,      │ read/write error, FATAL
+//	   │  nothing owed, unpinned  ▼
+//	   └──────────────────────  lost ──> client gets FATAL and is closed
+//	                                     (inside a transaction, owed
+//	                                      replies, or pinned)
+//
+// Any state moves to closing when the session ends. serverLink.to refuses
+// every other move.
+//
+// # The path of one query
+//
+//  1. serve reads a message header; onQuery (or onParse, onBind, …) decodes
+//     only what it must: Query and Parse texts pass a byte prefilter and,
+//     on a hit, the lexer (rewrite.Analyze); policy.Decide says pin, refuse
+//     or forward.
+//  2. toServer attaches a connection if the session has none, and pushes
+//     the reply the message owes onto the reply queue (replies.go); the
+//     message is appended to sout. Replies lockpool makes itself (lease
+//     calls, lazily answered Parse, Close, its own errors) are pushed as
+//     local entries in the same queue.
+//  3. When the client has nothing more buffered, flushBatch writes sout in
+//     one write and pump relays the server's replies, popping the queue:
+//     each entry knows the message that completes it. A local entry is
+//     written the moment it reaches the front, so the client sees one
+//     ordered stream. After an error in an extended batch every entry up to
+//     the next Sync is dropped, local or not, as the server skips them.
+//  4. At ReadyForQuery with nothing owed (a safe point) the session probes
+//     pg_locks if a statement touched advisory locks or session state,
+//     reads back changed settings, and gives the connection back unless it
+//     is pinned (or in session mode).
+//  5. If the server connection dies, serverLost decides: inside a
+//     transaction block, with replies owed, or pinned, the client gets the
+//     server's FATAL (or lockpool's 08006) and is closed, so no later
+//     statement of it runs outside the broken transaction. Otherwise the
+//     loss is invisible.
+//
+// # Invariants
 //   - A server connection goes back to the pool only at a safe point: every
-//     Query/Sync the client sent has been answered, nothing was written after
-//     the last Sync, the server said ReadyForQuery 'I', and the session is not
-//     pinned. Any other server connection a session lets go of is destroyed.
-//   - Messages lockpool itself answers are written only when the server owes
-//     the client nothing, so the client sees replies in the order it asked.
-//     Errors that must land in the middle of a server conversation are raised
-//     by the server itself (a DO block that RAISEs), which keeps the client's
-//     and the server's transaction states in agreement.
-//   - Frames are forwarded as raw bytes; only Query, Parse, Bind, Describe and
-//     Close from the client, and ReadyForQuery, ParameterStatus and the
-//     Parse/Bind/Close completions from the server are decoded. Writes are
-//     buffered and flushed once per batch.
-//   - A decoded client message is valid only until the next read: whatever is
-//     kept (statement text, names) is copied.
-//   - Client writes happen under session.wmu; lock order is wmu, then mu.
+//     message the client sent is answered, nothing was written after the
+//     last Sync, the server said ReadyForQuery 'I', and the session is not
+//     pinned. Any other server connection a session lets go of is
+//     destroyed.
+//   - A statement that opens a transaction block and cannot reach a server
+//     leaves the client in a failed transaction (localTx): everything but
+//     ROLLBACK gets 25P02, so nothing runs in autocommit by mistake.
+//   - Frames are forwarded as raw bytes; a decoded client message aliases the
+//     read buffer and is valid until the next read: whatever is kept
+//     (statement text, names) is copied. Writes are buffered and flushed
+//     once per batch.
 package proxy

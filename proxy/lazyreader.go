@@ -23,8 +23,26 @@ type lazyReader struct {
 	r, w int
 	err  error
 	// releaseAfter: a client silent this long gives its buffer back (0:
-	// never; the session turns it off while it uses read deadlines itself).
+	// never).
 	releaseAfter time.Duration
+	// deadline is the session's own limit for the next byte
+	// (idle_transaction_timeout); zero for none. The reader is the only
+	// owner of the connection's read deadline: it combines this one with
+	// its own buffer-release timer.
+	deadline time.Time
+	applied  time.Time // the read deadline last set on rd
+}
+
+// SetDeadline sets the session's limit for the client's next byte; a read
+// that passes it fails with a timeout error.
+func (b *lazyReader) SetDeadline(t time.Time) { b.deadline = t }
+
+// setReadDeadline sets rd's read deadline when it changes.
+func (b *lazyReader) setReadDeadline(t time.Time) {
+	if !t.Equal(b.applied) {
+		_ = b.rd.SetReadDeadline(t)
+		b.applied = t
+	}
 }
 
 func newLazyReader(rd net.Conn, initial []byte) *lazyReader {
@@ -67,7 +85,11 @@ func (b *lazyReader) fill() error {
 	}
 	if b.bp != nil && b.r == b.w && b.releaseAfter > 0 {
 		b.r, b.w = 0, 0
-		_ = b.rd.SetReadDeadline(time.Now().Add(b.releaseAfter))
+		release := time.Now().Add(b.releaseAfter)
+		if !b.deadline.IsZero() && b.deadline.Before(release) {
+			release = b.deadline
+		}
+		b.setReadDeadline(release)
 		n, err := b.rd.Read(*b.bp)
 		b.w = n
 		if n > 0 || err == nil || !isTimeout(err) {
@@ -76,8 +98,11 @@ func (b *lazyReader) fill() error {
 			}
 			return nil
 		}
-		_ = b.rd.SetReadDeadline(time.Time{})
+		if !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
+			return err
+		}
 	}
+	b.setReadDeadline(b.deadline)
 	if b.bp == nil || (b.r == b.w && b.releaseAfter > 0) {
 		b.Release()
 		var one [1]byte

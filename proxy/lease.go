@@ -39,11 +39,13 @@ type LeaseRow struct {
 	Mine               bool
 }
 
-var errLeasesOff = &pgError{Code: "0A000", Message: "lockpool: leases are not available on this lockpool instance", Hint: "Run lockpool with the leases section configured."}
+func errLeasesOff() *pgError {
+	return &pgError{Code: "0A000", Message: "lockpool: leases are not available on this lockpool instance", Hint: "Run lockpool with the leases section configured."}
+}
 
-var errLeaseWhole = &pgError{Code: "0A000", Message: "lockpool: lease functions must be the whole statement", Hint: "Call them alone: SELECT lease_acquire('name', ttl_seconds) or SELECT * FROM lease_list()."}
-
-var errLeasePipelined = &pgError{Code: "0A000", Message: "lockpool: a lease function cannot follow other statements in the same batch without a Sync", Hint: "Send the lease call in its own round trip."}
+func errLeaseWhole() *pgError {
+	return &pgError{Code: "0A000", Message: "lockpool: lease functions must be the whole statement", Hint: "Call them alone: SELECT lease_acquire('name', ttl_seconds) or SELECT * FROM lease_list()."}
+}
 
 // Type OIDs of the virtual functions' parameters and results.
 const (
@@ -124,15 +126,12 @@ type virtPortal struct {
 	formats []int16
 }
 
-func (s *session) leaseSession() (LeaseSession, error) {
+func (s *session) leaseSession() (LeaseSession, *pgError) {
 	if s.srv.leases == nil {
-		return nil, errLeasesOff
+		return nil, errLeasesOff()
 	}
 	if s.lease == nil {
-		ls := s.srv.leases.NewSession(s.database, uint64(s.pid))
-		s.mu.Lock()
-		s.lease = ls
-		s.mu.Unlock()
+		s.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
 	}
 	return s.lease, nil
 }
@@ -147,33 +146,19 @@ func (s *session) closeLeases() {
 	s.lease.Close(ctx)
 }
 
-// serverIdleForLocal waits until the server owes the client nothing and
-// reports the transaction status the client should see.
-func (s *session) serverIdleForLocal() (status byte, unsynced bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.sc != nil && (s.boundaries > 0 || s.probing) {
-		s.cond.Wait()
-	}
-	if s.sc == nil {
-		return 'I', false
-	}
-	return s.txStatus, s.unsynced
-}
-
-var errAborted = &pgError{Code: "25P02", Message: "current transaction is aborted, commands ignored until end of transaction block", Hint: "Roll back the transaction."}
-
-// onLeaseQuery answers a simple-protocol lease call.
+// onLeaseQuery answers a simple-protocol lease call, in its place in the
+// client's reply order.
 func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 	if f.Lease == nil {
-		return s.fail(errLeaseWhole, true)
+		return s.fail(errLeaseWhole(), true)
 	}
-	status, unsynced := s.serverIdleForLocal()
-	if unsynced {
-		return s.fail(errLeasePipelined, true)
+	if err := s.settle(); err != nil {
+		return err
 	}
+	status := s.status()
 	if status == 'E' {
-		return s.writeLocal(appendReadyForQuery(appendError(nil, 'E', errAborted), 'E'))
+		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		return nil
 	}
 	args := make([]any, len(f.Lease.Args))
 	for i, a := range f.Lease.Args {
@@ -188,7 +173,8 @@ func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 	if pe != nil {
 		return s.fail(pe, true)
 	}
-	return s.writeLocal(appendReadyForQuery(buf, status))
+	s.pushLocal(appendReadyForQuery(buf, s.status()), nil)
+	return nil
 }
 
 // execLease runs a lease call and encodes its result (RowDescription when
@@ -196,7 +182,7 @@ func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16, withDesc bool) ([]byte, *pgError) {
 	ls, err := s.leaseSession()
 	if err != nil {
-		return nil, err.(*pgError)
+		return nil, err
 	}
 	argStr := func(i int) (string, bool) {
 		if i >= len(args) || args[i] == nil {
@@ -298,7 +284,7 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 
 func leaseErr(ctx context.Context, err error) *pgError {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		return errCanceled
+		return errCanceled()
 	}
 	var pe *pgError
 	if errors.As(err, &pe) {
@@ -395,14 +381,10 @@ func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []by
 // onLeaseParse handles Parse of a lease call: answered by lockpool.
 func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) error {
 	if f.Lease == nil {
-		return s.fail(errLeaseWhole, false)
+		return s.fail(errLeaseWhole(), false)
 	}
 	if s.srv.leases == nil {
-		return s.fail(errLeasesOff, false)
-	}
-	_, unsynced := s.serverIdleForLocal()
-	if unsynced {
-		return s.fail(errLeasePipelined, false)
+		return s.fail(errLeasesOff(), false)
 	}
 	vs := &virtStmt{call: f.Lease, types: leaseParamTypes(f.Lease)}
 	// The client's declared parameter types win where given.
@@ -421,8 +403,17 @@ func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) er
 	if s.virt == nil {
 		s.virt = make(map[string]*virtStmt)
 	}
+	prev := s.virt[name]
 	s.virt[name] = vs
-	return s.writeLocal([]byte{'1', 0, 0, 0, 4})
+	s.pushLocal(msgParseComplete, func() {
+		// Skipped after an error: the Parse never happened.
+		if prev != nil {
+			s.virt[name] = prev
+		} else {
+			delete(s.virt, name)
+		}
+	})
+	return nil
 }
 
 // virtualStmt returns the lease call prepared under name, if any.
@@ -505,7 +496,8 @@ func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
 		s.vportals = make(map[string]*virtPortal)
 	}
 	s.vportals[string(portal)] = &virtPortal{vs: vs, params: params, formats: rf}
-	return s.writeLocal([]byte{'2', 0, 0, 0, 4})
+	s.pushLocal(msgBindComplete, nil)
+	return nil
 }
 
 // decodeParam decodes one lease-call parameter.
@@ -582,16 +574,25 @@ func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
 			buf = binary.BigEndian.AppendUint32(buf, t)
 		}
 		buf = finishMsg(buf, start)
-		return s.writeLocal(appendRowDescription(buf, leaseCols(vs.call), nil))
+		s.pushLocal(appendRowDescription(buf, leaseCols(vs.call), nil), nil)
+		return nil
 	}
-	return s.writeLocal(appendRowDescription(buf, leaseCols(vp.vs.call), vp.formats))
+	s.pushLocal(appendRowDescription(buf, leaseCols(vp.vs.call), vp.formats), nil)
+	return nil
 }
 
 // executeVirtual runs a bound lease call.
 func (s *session) executeVirtual(vp *virtPortal) error {
-	status, _ := s.serverIdleForLocal()
-	if status == 'E' {
-		return s.fail(errAborted, false)
+	// The call runs only if everything before it in the batch succeeded,
+	// as PostgreSQL would run it.
+	if err := s.settle(); err != nil {
+		return err
+	}
+	if s.skipping {
+		return nil
+	}
+	if s.status() == 'E' {
+		return s.fail(errAborted(), false)
 	}
 	// Arguments by position: literals from the statement, $n from Bind.
 	args := make([]any, len(vp.vs.call.Args))
@@ -609,7 +610,8 @@ func (s *session) executeVirtual(vp *virtPortal) error {
 	if pe != nil {
 		return s.fail(pe, false)
 	}
-	return s.writeLocal(buf)
+	s.pushLocal(buf, nil)
+	return nil
 }
 
 // appendLeaseWarnings appends a WARNING notice for each lease the session

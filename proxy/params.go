@@ -308,9 +308,7 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.pendingPS = append(s.pendingPS, ps...)
-		s.mu.Unlock()
+		s.cout = append(s.cout, ps...)
 	}
 	var valid []string
 	seen := map[string]bool{}
@@ -377,8 +375,6 @@ func (s *session) trackSets(f *rewrite.Findings) {
 	if len(f.Sets) == 0 && !hasSetConfig(f) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, c := range f.Sets {
 		if c.Local {
 			continue

@@ -4,6 +4,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/rewrite"
@@ -21,8 +24,11 @@ var stmtSeed = maphash.MakeSeed()
 // a statement the server already had. The reply thus comes in order.
 const noopStmt = "lockpool_noop"
 
-func serverStmtName(parseRest []byte) string {
-	h := maphash.Bytes(stmtSeed, parseRest)
+// serverStmtName names the server statement of a Parse body (query and
+// parameter types) in a statement epoch: DDL and stale-plan errors start a
+// new epoch, so a statement parsed after them is prepared afresh.
+func serverStmtName(parseRest []byte, epoch uint64) string {
+	h := maphash.Bytes(stmtSeed, parseRest) ^ epoch*0x9e3779b97f4a7c15
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(h >> (56 - 8*i))
@@ -35,6 +41,49 @@ func (s *session) maxPrepared() int {
 		return m
 	}
 	return 200
+}
+
+// stmtCatalog is what a Server knows about server statements across
+// sessions: the current epoch, and which statements PostgreSQL accepted
+// for a database and user (their Parse cannot fail, so a client's Parse
+// of them may be answered before a server connection is attached).
+type stmtCatalog struct {
+	epoch atomic.Uint64
+	mu    sync.Mutex
+	valid map[string]struct{} // database, user, server statement name
+}
+
+const stmtCatalogMax = 20000
+
+func catalogKey(database, user, srvName string) string {
+	return database + "\x00" + user + "\x00" + srvName
+}
+
+// known reports whether PostgreSQL accepted srvName for database and user.
+func (c *stmtCatalog) known(database, user, srvName string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.valid[catalogKey(database, user, srvName)]
+	return ok
+}
+
+// accepted records that PostgreSQL accepted srvName.
+func (c *stmtCatalog) accepted(database, user, srvName string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid == nil || len(c.valid) >= stmtCatalogMax {
+		c.valid = make(map[string]struct{})
+	}
+	c.valid[catalogKey(database, user, srvName)] = struct{}{}
+}
+
+// retire starts a new epoch: statements parsed from now on get new server
+// names, and nothing parsed before is known valid any more.
+func (c *stmtCatalog) retire() {
+	c.epoch.Add(1)
+	c.mu.Lock()
+	c.valid = nil
+	c.mu.Unlock()
 }
 
 // onParse handles Parse.
@@ -56,16 +105,22 @@ func (s *session) onParse(n int) error {
 	if s.virt != nil {
 		s.forgetVirtual(name)
 	}
+	begins := txCommandOf(query) == txBegin
+	if changesSchema(query) {
+		s.srv.stmts.retire()
+	}
 	f := analyze(query)
 	if len(name) == 0 && !f.Hit() {
 		s.unnamed = rewrite.Findings{}
 		s.unnamedParse = append(s.unnamedParse[:0], rest...)
-		s.consume(n)
-		if _, err := s.reserve(fwdUnsynced, action{kind: '1'}); err != nil {
-			return s.attachFailed(err, false)
+		s.unnamedBegin = begins
+		if err := s.toServer(replyParse, opPass); err != nil {
+			s.consume(n)
+			return s.attachFailed(err, false, begins)
 		}
 		s.unnamedHere = true
 		s.sout = appendFrame(s.sout, 'P', body)
+		s.consume(n)
 		return nil
 	}
 	nameS := string(name)
@@ -97,38 +152,38 @@ func (s *session) onParse(n int) error {
 	if nameS == "" {
 		s.unnamed = f
 		s.unnamedParse = append(s.unnamedParse[:0], restCopy...)
-		if _, err := s.reserve(fwdUnsynced, action{kind: '1'}); err != nil {
-			return s.attachFailed(err, false)
+		s.unnamedBegin = begins
+		if err := s.toServer(replyParse, opPass); err != nil {
+			return s.attachFailed(err, false, begins)
 		}
 		s.unnamedHere = true
 		s.sout = appendHeaderBody(s.sout, 'P', nil, restCopy)
 		return nil
 	}
-	s.mu.Lock()
 	if s.stmts == nil {
 		s.stmts = make(map[string]*stmt)
 	}
-	_, exists := s.stmts[nameS]
-	s.mu.Unlock()
-	if exists {
-		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("lockpool: prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
+	if _, exists := s.stmts[nameS]; exists {
+		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
-	st := &stmt{name: nameS, srvName: serverStmtName(restCopy), parse: restCopy, find: f}
-	s.mu.Lock()
-	attached := s.sc != nil
-	if !attached {
-		// Lazy preparation: with no server connection attached, the
-		// statement is prepared on one when the client first needs it
-		// there (Bind or Describe), so a Parse never waits for a
-		// connection. An error in the statement then comes with that
-		// message, as the client's reply to it.
+	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins}
+	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) {
+		// Lazy preparation: PostgreSQL accepted this very statement for
+		// this database and user, so its Parse cannot fail; it is prepared
+		// on a server connection when the client first needs it there, and
+		// a Parse never waits for a connection.
 		s.stmts[nameS] = st
-	}
-	s.mu.Unlock()
-	if !attached {
-		return s.writeLocal([]byte{'1', 0, 0, 0, 4})
+		s.pushLocal(msgParseComplete, func() { s.forgetStmt(st) })
+		return nil
 	}
 	return s.prepareOnServer(st, true)
+}
+
+// forgetStmt drops a client statement that never came to be.
+func (s *session) forgetStmt(st *stmt) {
+	if s.stmts[st.name] == st {
+		delete(s.stmts, st.name)
+	}
 }
 
 func appendHeaderBody(dst []byte, typ byte, head, body []byte) []byte {
@@ -142,12 +197,10 @@ func appendHeaderBody(dst []byte, typ byte, head, body []byte) []byte {
 // prepareOnServer makes sure the attached server has st. When fromParse,
 // the client is owed a ParseComplete for it.
 func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
-	// Attach first (without owing anything yet) to look at the server's set.
-	if _, err := s.reserve(fwdPlain); err != nil {
-		return s.attachFailed(err, false)
+	if err := s.attach(); err != nil {
+		return s.attachFailed(err, false, st.begins)
 	}
-	s.mu.Lock()
-	srv := s.st
+	srv := s.link.st
 	if srv.prepared == nil {
 		srv.prepared = make(map[string]uint64)
 	}
@@ -164,54 +217,42 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		delete(srv.prepared, evict)
 	}
 	srv.prepared[st.srvName] = srv.tick
+	if !have && srv.stale[st.srvName] {
+		// PostgreSQL still has the stale statement under this name.
+		delete(srv.stale, st.srvName)
+		s.expect(reply{kind: replyClose, op: opSwallow})
+		s.sout = appendClose(s.sout, 'S', st.srvName)
+	}
 	if fromParse {
 		s.stmts[st.name] = st
 	}
-	s.mu.Unlock()
 	if have {
 		s.app.prepHit.Inc()
 	} else {
 		s.app.prepMiss.Inc()
 	}
-	var acts []action
 	if evict != "" {
 		s.app.prepEvict.Inc()
-		acts = append(acts, action{kind: '3', op: opSwallow})
-	}
-	switch {
-	case have && fromParse:
-		acts = append(acts, action{kind: '3', op: opAsParse, stmt: st})
-	case have:
-	case fromParse:
-		acts = append(acts, action{kind: '1', added: st.srvName, stmt: st})
-	default:
-		acts = append(acts, action{kind: '1', op: opSwallow, added: st.srvName})
-	}
-	if _, err := s.reserve(fwdUnsynced, acts...); err != nil {
-		return s.attachFailed(err, false)
-	}
-	if evict != "" {
+		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = appendClose(s.sout, 'S', evict)
 	}
 	switch {
 	case have && fromParse:
+		s.expect(reply{kind: replyClose, op: opAsParse, stmt: st})
 		s.sout = appendClose(s.sout, 'S', noopStmt)
 	case have:
+	case fromParse:
+		s.expect(reply{kind: replyParse, added: st.srvName, stmt: st})
+		s.sout = appendHeaderBody(s.sout, 'P', []byte(st.srvName), st.parse)
 	default:
+		s.expect(reply{kind: replyParse, op: opSwallow, added: st.srvName})
 		s.sout = appendHeaderBody(s.sout, 'P', []byte(st.srvName), st.parse)
 	}
 	return nil
 }
 
-// lookupStmt returns the client's named statement.
-func (s *session) lookupStmt(name []byte) *stmt {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stmts[string(name)]
-}
-
 func errNoStmt(name []byte) *pgError {
-	return &pgError{Code: "26000", Message: fmt.Sprintf("lockpool: prepared statement %q does not exist", name), Hint: "Prepare the statement on this connection first."}
+	return &pgError{Code: "26000", Message: fmt.Sprintf("prepared statement %q does not exist", name), Hint: "Prepare the statement on this connection first."}
 }
 
 // onBind handles Bind: the statement's findings decide pins; a named
@@ -246,7 +287,7 @@ func (s *session) onBind(n int) error {
 	if len(name) == 0 {
 		f = &s.unnamed
 	} else {
-		st = s.lookupStmt(name)
+		st = s.stmts[string(name)]
 		if st == nil {
 			e := errNoStmt(name)
 			s.consume(n)
@@ -254,11 +295,12 @@ func (s *session) onBind(n int) error {
 		}
 		f = &st.find
 	}
+	// Anything below may wait or read; keep a copy of the message when it
+	// must outlive the read buffer.
 	if f.Advisory || len(f.State) > 0 || len(f.Sets) > 0 {
-		// Decisions may wait; keep a copy of the message meanwhile.
 		body = append([]byte(nil), body...)
 		portal, rest, _ = cstring(body)
-		name, tail, _ = cstring(rest)
+		_, tail, _ = cstring(rest)
 		s.consume(n)
 		n = -1
 		d := s.decide(f)
@@ -268,38 +310,24 @@ func (s *session) onBind(n int) error {
 		}
 		s.trackSets(f)
 	}
-	if st == nil {
+	consumed := func() {
 		if n >= 0 {
 			s.consume(n)
-			if err := s.ensureUnnamed(); err != nil {
-				return err
-			}
-			if s.skipping {
-				return nil
-			}
-			if _, err := s.reserve(fwdUnsynced, action{kind: '2'}); err != nil {
-				return s.attachFailed(err, false)
-			}
-			// body aliases the read buffer; no read happened since.
-			s.sout = appendFrame(s.sout, 'B', body)
-			return nil
+			n = -1
 		}
+	}
+	defer consumed()
+	if st == nil {
 		if err := s.ensureUnnamed(); err != nil {
 			return err
 		}
 		if s.skipping {
 			return nil
 		}
-		if _, err := s.reserve(fwdUnsynced, action{kind: '2'}); err != nil {
-			return s.attachFailed(err, false)
-		}
+		s.expect(reply{kind: replyBind})
+		// body aliases the read buffer; nothing read the client since.
 		s.sout = appendFrame(s.sout, 'B', body)
 		return nil
-	}
-	// body may alias the read buffer: nothing reads the client until the
-	// Bind is appended below.
-	if n >= 0 {
-		defer s.consume(n)
 	}
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
@@ -307,9 +335,7 @@ func (s *session) onBind(n int) error {
 	if s.skipping {
 		return nil
 	}
-	if _, err := s.reserve(fwdUnsynced, action{kind: '2'}); err != nil {
-		return s.attachFailed(err, false)
-	}
+	s.expect(reply{kind: replyBind, srv: st.srvName})
 	s.sout = appendBind(s.sout, portal, st.srvName, tail)
 	return nil
 }
@@ -350,36 +376,42 @@ func (s *session) onDescribe(n int) error {
 			return s.describeVirtual(nil, vp)
 		}
 	}
+	rk := replyDescribePortal
+	if kind == 'S' {
+		rk = replyDescribeStmt
+	}
 	if kind != 'S' || len(name) == 0 {
 		msg := body // valid until the next read; nothing reads the client before it is appended
-		s.consume(n)
 		if kind == 'S' {
 			if err := s.ensureUnnamed(); err != nil {
+				s.consume(n)
 				return err
 			}
 			if s.skipping {
+				s.consume(n)
 				return nil
 			}
 		}
-		if _, err := s.reserve(fwdUnsynced); err != nil {
-			return s.attachFailed(err, false)
+		if err := s.toServer(rk, opPass); err != nil {
+			s.consume(n)
+			return s.attachFailed(err, false, false)
 		}
 		s.sout = appendFrame(s.sout, 'D', msg)
+		s.consume(n)
 		return nil
 	}
-	st := s.lookupStmt(name)
-	if st == nil {
-		e := errNoStmt(name)
-		s.consume(n)
-		return s.fail(e, false)
-	}
+	st := s.stmts[string(name)]
 	s.consume(n)
+	if st == nil {
+		return s.fail(errNoStmt(name), false)
+	}
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
-	if _, err := s.reserve(fwdUnsynced); err != nil {
-		return s.attachFailed(err, false)
+	if s.skipping {
+		return nil
 	}
+	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName})
 	buf, start := appendHeader(s.sout, 'D')
 	buf = append(buf, 'S')
 	buf = appendCString(buf, st.srvName)
@@ -414,30 +446,23 @@ func (s *session) onClose(n int) error {
 				delete(s.vportals, string(name))
 			}
 			s.consume(n)
-			return s.writeLocal([]byte{'3', 0, 0, 0, 4})
+			s.pushLocal(msgCloseComplete, nil)
+			return nil
 		}
 	}
 	if kind == 'S' && len(name) > 0 {
-		s.mu.Lock()
 		delete(s.stmts, string(name))
-		attached := s.sc != nil
-		s.mu.Unlock()
 		s.consume(n)
-		if !attached {
-			return s.writeLocal([]byte{'3', 0, 0, 0, 4})
-		}
-		if _, err := s.reserve(fwdUnsynced, action{kind: '3'}); err != nil {
-			return s.attachFailed(err, false)
-		}
-		s.sout = appendClose(s.sout, 'S', noopStmt)
+		s.pushLocal(msgCloseComplete, nil)
 		return nil
 	}
 	msg := body // valid until the next read
-	s.consume(n)
-	if _, err := s.reserve(fwdUnsynced, action{kind: '3'}); err != nil {
-		return s.attachFailed(err, false)
+	if err := s.toServer(replyClose, opPass); err != nil {
+		s.consume(n)
+		return s.attachFailed(err, false, false)
 	}
 	s.sout = appendFrame(s.sout, 'C', msg)
+	s.consume(n)
 	return nil
 }
 
@@ -459,7 +484,11 @@ func (s *session) onExecute(n int) error {
 			return s.executeVirtual(vp)
 		}
 	}
-	return s.forwardRaw('E', n, fwdUnsynced)
+	if err := s.toServer(replyExecute, opPass); err != nil {
+		_ = s.discard(n)
+		return s.attachFailed(err, false, false)
+	}
+	return s.forwardBody('E', n)
 }
 
 // ensureUnnamed makes sure the attached server connection has this client's
@@ -467,19 +496,74 @@ func (s *session) onExecute(n int) error {
 // client, whose unnamed statement must never run for this one. The
 // client's last unnamed Parse is sent again when needed.
 func (s *session) ensureUnnamed() error {
-	if _, err := s.reserve(fwdPlain); err != nil {
-		return s.attachFailed(err, false)
+	if err := s.attach(); err != nil {
+		return s.attachFailed(err, false, s.unnamedBegin)
 	}
 	if s.unnamedHere {
 		return nil
 	}
 	if s.unnamedParse == nil {
-		return s.fail(&pgError{Code: "26000", Message: "lockpool: unnamed prepared statement does not exist", Hint: "Send Parse before Bind or Describe of the unnamed statement."}, false)
+		return s.fail(&pgError{Code: "26000", Message: "unnamed prepared statement does not exist", Hint: "Send Parse before Bind or Describe of the unnamed statement."}, false)
 	}
-	if _, err := s.reserve(fwdUnsynced, action{kind: '1', op: opSwallow}); err != nil {
-		return s.attachFailed(err, false)
-	}
+	s.expect(reply{kind: replyParse, op: opSwallow})
 	s.sout = appendHeaderBody(s.sout, 'P', nil, s.unnamedParse)
 	s.unnamedHere = true
 	return nil
+}
+
+// deallocates reports whether f holds a DEALLOCATE or DISCARD ALL.
+func deallocates(f *rewrite.Findings) bool {
+	for _, c := range f.State {
+		if c.Kind == rewrite.Deallocate || c.Kind == rewrite.Discard && c.Name == "all" {
+			return true
+		}
+	}
+	return false
+}
+
+// deallocate handles SQL DEALLOCATE and DISCARD ALL, which in PostgreSQL
+// act on protocol-level statements too: DEALLOCATE of a client's
+// protocol-level name is answered by lockpool; DEALLOCATE ALL and DISCARD
+// ALL forget the client's names and still go to the server. It reports
+// whether the statement was answered.
+func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
+	for _, c := range f.State {
+		switch {
+		case c.Kind == rewrite.Deallocate && c.Name == "*", c.Kind == rewrite.Discard && c.Name == "all":
+			for k := range s.stmts {
+				delete(s.stmts, k)
+			}
+		case c.Kind == rewrite.Deallocate && f.Statements == 1 && simple && s.status() != 'E':
+			if _, ok := s.stmts[c.Name]; ok {
+				delete(s.stmts, c.Name)
+				buf, start := appendHeader(nil, 'C')
+				buf = appendCString(buf, "DEALLOCATE")
+				buf = finishMsg(buf, start)
+				s.pushLocal(appendReadyForQuery(buf, s.status()), nil)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isStalePlan reports whether an ErrorResponse says a prepared statement no
+// longer matches its tables (PostgreSQL keeps failing it until it is
+// prepared again).
+func isStalePlan(body []byte) bool {
+	return errorCode(body) == "0A000" && strings.Contains(errorMessage(body), "cached plan must not change result type")
+}
+
+// retireStale handles a stale-plan error of the server statement srvName on
+// the attached connection: it is closed there before its next use, and a
+// new epoch makes later Parses of any client prepare afresh.
+func (s *session) retireStale(srvName string) {
+	if st := s.link.st; st != nil {
+		delete(st.prepared, srvName)
+		if st.stale == nil {
+			st.stale = make(map[string]bool)
+		}
+		st.stale[srvName] = true
+	}
+	s.srv.stmts.retire()
 }

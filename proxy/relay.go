@@ -3,16 +3,12 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/lockpool/lockpool/pool"
 )
-
-// outPool recycles the relay's client write buffers, so an idle session
-// holds none.
-var outPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 // serverState is lockpool's bookkeeping for one server connection, kept in
 // pool.Conn.Aux: its parameter values and its prepared statements.
@@ -21,6 +17,7 @@ type serverState struct {
 	params   map[string]string // lower-case name -> current value, when known
 	synced   string            // fingerprint of the client parameters it matches
 	prepared map[string]uint64 // server statement name -> last use tick
+	stale    map[string]bool   // server statements PostgreSQL reported stale: close before reuse
 	tick     uint64
 }
 
@@ -38,215 +35,335 @@ func stateOf(sc *pool.Conn) *serverState {
 	return st
 }
 
-// attach takes a server connection for this session and starts its relay.
-func (s *session) attach() error {
-	s.mu.Lock()
-	if s.draining {
-		s.mu.Unlock()
-		return errShutdown
-	}
-	s.mu.Unlock()
-	ctx := s.waitContext()
-	sc, err := s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
-	s.endWait()
-	if err != nil {
-		return err
-	}
-	sc.LastClient = s.remote
-	s.unnamedHere = false
-	st := stateOf(sc)
-	ps, err := s.syncParams(sc, st)
-	if err != nil {
-		s.srv.pool.Destroy(sc)
-		var pe *pgError
-		if errors.As(err, &pe) {
-			pe.Severity = "FATAL"
-			return pe
-		}
-		return err
-	}
-	s.mu.Lock()
-	s.sc, s.st = sc, st
-	s.txStatus = 'I'
-	s.relayClean = false
-	s.pendingPS = append(s.pendingPS, ps...)
-	s.relayDone = nil
-	s.relayOn = false
-	s.mu.Unlock()
-	return nil
-}
-
-// startRelay starts reading the attached server connection once the first
-// batch went out. inline runs the relay on the session goroutine itself
-// (the batch ended in Query or Sync and the client sent nothing more): the
-// common request/response transaction then needs no second goroutine. An
-// inline relay hands over to a goroutine when the conversation goes on
-// past a ReadyForQuery without giving the connection back, or when the
-// server waits for COPY data from the client.
-func (s *session) startRelay(inline bool) {
-	s.mu.Lock()
-	sc := s.sc
-	if sc == nil || s.relayOn {
-		s.mu.Unlock()
-		return
-	}
-	s.relayOn = true
-	var done chan struct{}
-	if !inline {
-		done = make(chan struct{})
-		s.relayDone = done
-	}
-	s.mu.Unlock()
-	if inline {
-		s.relay(sc, nil, true)
-		return
-	}
-	go s.relay(sc, done, false)
-}
-
-// handOff moves an inline relay to its own goroutine.
-func (s *session) handOff(sc *pool.Conn, out []byte) {
-	if len(out) > 0 {
-		s.writeClient(out)
-	}
-	done := make(chan struct{})
-	s.mu.Lock()
-	s.relayDone = done
-	s.mu.Unlock()
-	go s.relay(sc, done, false)
-}
-
-// relay copies server messages to the client until the connection is given
-// back, fails, or the session stops.
-func (s *session) relay(sc *pool.Conn, done chan struct{}, inline bool) {
-	if done != nil {
-		defer close(done)
-	}
+// pump relays server messages to the client until the server has answered
+// everything it was asked to answer (s.asked), or the server waits for COPY
+// data from the client. At ReadyForQuery with nothing more owed it settles
+// the session (probe, read-back, give the connection back).
+func (s *session) pump() error {
+	sc := s.link.sc
 	r := sc.Reader
-	bp := outPool.Get().(*[]byte)
-	out := (*bp)[:0]
-	defer func() {
-		if cap(out) <= 64<<10 {
-			*bp = out[:0]
-			outPool.Put(bp)
-		}
-	}()
-	s.mu.Lock()
-	if len(s.pendingPS) > 0 {
-		out = append(out, s.pendingPS...)
-		s.pendingPS = nil
-	}
-	s.mu.Unlock()
-	for {
-		if r.Buffered() == 0 && len(out) > 0 {
-			out = s.writeClient(out)
+	for s.asked > 0 && !s.copyIn && s.link.sc == sc {
+		if r.Buffered() == 0 && len(s.cout) > 0 {
+			if err := s.flushClient(); err != nil {
+				return err
+			}
 		}
 		typ, n, err := readHeader(r)
 		if err != nil {
-			s.relayFailed(sc, out, err, true)
-			return
+			return s.serverLost(err)
 		}
-		switch typ {
-		case 'Z':
-			b, err := r.Peek(n)
-			if err != nil || n != 1 {
-				s.relayFailed(sc, out, err, false)
-				return
-			}
-			status := b[0]
-			_, _ = r.Discard(n)
-			out = appendReadyForQuery(out, status)
-			var keep bool
-			out, keep = s.onReady(sc, status, out)
-			if !keep {
-				return
-			}
-			if inline {
-				s.handOff(sc, out)
-				return
-			}
-		case '1', '2', '3':
-			_, _ = r.Discard(n)
-			out = s.onCompletion(typ, out)
-		case 'G', 'W':
-			// The server waits for COPY data: the client must be read.
-			b, err := r.Peek(n)
-			if err != nil {
-				s.relayFailed(sc, out, err, false)
-				return
-			}
-			out = appendFrame(out, typ, b)
-			_, _ = r.Discard(n)
-			if inline {
-				s.handOff(sc, out)
-				return
-			}
-		case 'S':
-			b, err := r.Peek(n)
-			if err != nil {
-				s.relayFailed(sc, out, err, false)
-				return
-			}
-			out = appendFrame(out, 'S', b)
-			s.onParameterStatus(b)
-			_, _ = r.Discard(n)
-		default:
-			if n <= r.Size() {
-				b, err := r.Peek(n)
-				if err != nil {
-					s.relayFailed(sc, out, err, false)
-					return
-				}
-				out = appendFrame(out, typ, b)
-				_, _ = r.Discard(n)
-				if len(out) >= 32<<10 {
-					out = s.writeClient(out)
-				}
-				continue
-			}
+		if n > r.Size() {
 			// A large message (a big DataRow): stream it.
-			out = append(out, typ, byte((n+4)>>24), byte((n+4)>>16), byte((n+4)>>8), byte(n+4))
-			out = s.writeClient(out)
-			s.wmu.Lock()
-			_, err := io.CopyN(s.conn, r, int64(n))
-			s.wmu.Unlock()
-			if err != nil {
-				// Distinguish: if the server side failed, report it.
-				s.relayFailed(sc, out, err, false)
-				return
+			if err := s.flushClient(); err != nil {
+				return err
+			}
+			head := []byte{typ, byte((n + 4) >> 24), byte((n + 4) >> 16), byte((n + 4) >> 8), byte(n + 4)}
+			if err := s.checkOrder(typ); err != nil {
+				return err
+			}
+			clientErr, srvErr := s.out.copyFrom(head, r, n)
+			if clientErr != nil {
+				return clientErr
+			}
+			if srvErr != nil {
+				return s.serverLost(srvErr)
+			}
+			continue
+		}
+		body, err := r.Peek(n)
+		if err != nil {
+			return s.serverLost(err)
+		}
+		err = s.onServerMessage(typ, body)
+		_, _ = r.Discard(n)
+		if err != nil {
+			return err
+		}
+		if s.settled {
+			// Only after the message is consumed: the safe point may give
+			// the connection (and its reader) to another session.
+			s.settled = false
+			if err := s.safePoint(); err != nil {
+				return err
+			}
+		}
+		if len(s.cout) >= 32<<10 {
+			if err := s.flushClient(); err != nil {
+				return err
 			}
 		}
 	}
+	return nil
 }
 
-// writeClient writes out to the client and returns it emptied. A client
-// write error closes the client; the session goroutine then cleans up.
-func (s *session) writeClient(out []byte) []byte {
-	s.wmu.Lock()
-	_, err := s.conn.Write(out)
-	s.wmu.Unlock()
-	if err != nil {
-		_ = s.conn.Close()
+// checkOrder verifies that a large message fits the front reply.
+func (s *session) checkOrder(typ byte) error {
+	f := s.q.front()
+	if f == nil || typ != 'D' && typ != 'd' && typ != 'E' && typ != 'N' && typ != 'A' {
+		return s.serverLost(errServerProtocol)
 	}
-	return out[:0]
+	return nil
 }
 
-// onCompletion handles ParseComplete, BindComplete and CloseComplete.
-func (s *session) onCompletion(typ byte, out []byte) []byte {
-	s.mu.Lock()
-	var a action
-	if len(s.q) > 0 && s.q[0].kind != 'Z' {
-		a = s.q[0]
-		s.q = s.q[1:]
+var errServerProtocol = errors.New("server sent an unexpected message")
+
+// onServerMessage relays one server message and advances the reply queue.
+// body is valid only during the call.
+func (s *session) onServerMessage(typ byte, body []byte) error {
+	switch typ {
+	case 'N', 'A':
+		s.cout = appendFrame(s.cout, typ, body)
+		return nil
+	case 'S':
+		s.cout = appendFrame(s.cout, typ, body)
+		s.onParameterStatus(body)
+		return nil
 	}
-	s.mu.Unlock()
-	switch a.op {
-	case opSwallow:
-		return out
-	case opAsParse:
-		return append(out, '1', 0, 0, 0, 4)
+	f := s.q.front()
+	if f == nil || f.kind == replyLocal {
+		return s.serverLost(fmt.Errorf("%w: %q with no reply owed", errServerProtocol, typ))
 	}
-	return append(out, typ, 0, 0, 0, 4)
+	if typ == 'E' {
+		s.cout = appendFrame(s.cout, typ, body)
+		if sev := errorSeverity(body); sev == "FATAL" || sev == "PANIC" {
+			s.sawFatal = true
+		}
+		switch f.kind {
+		case replyQuery, replySync:
+			// Part of the boundary's reply (an error in a simple query, a
+			// failed implicit commit at Sync): ReadyForQuery follows.
+			return nil
+		}
+		if f.srv != "" && isStalePlan(body) {
+			s.retireStale(f.srv)
+		}
+		// An extended-protocol message failed: the server skips every
+		// message up to the next Sync, and so do the replies owed for them.
+		s.popServer(true)
+		for g := s.q.front(); g != nil && g.kind != replySync; g = s.q.front() {
+			s.popServer(true)
+		}
+		if s.q.front() == nil {
+			s.skipping = true // the rest of the batch has not come yet
+		}
+		return nil
+	}
+	if err := s.relayReply(f, typ, body); err != nil {
+		return s.serverLost(fmt.Errorf("%w: %q while a reply of kind %d is owed (queue %v)", errServerProtocol, typ, f.kind, s.q.kinds()))
+	}
+	s.emitFront()
+	return nil
+}
+
+// relayReply relays a message that belongs to the front reply f.
+func (s *session) relayReply(f *reply, typ byte, body []byte) error {
+	switch f.kind {
+	case replyQuery:
+		if typ == 'Z' {
+			return s.onReady(body)
+		}
+		s.noteCopy(typ)
+		s.cout = appendFrame(s.cout, typ, body)
+		return nil
+	case replySync:
+		if typ != 'Z' {
+			return errServerProtocol
+		}
+		return s.onReady(body)
+	case replyParse, replyBind, replyClose:
+		if typ != completionOf(f.kind) {
+			return errServerProtocol
+		}
+		r := s.popServer(false)
+		if r.kind == replyParse && r.added != "" {
+			s.srv.stmts.accepted(s.database, s.user, r.added)
+		}
+		switch r.op {
+		case opPass:
+			s.cout = append(s.cout, typ, 0, 0, 0, 4)
+		case opAsParse:
+			s.cout = append(s.cout, '1', 0, 0, 0, 4)
+		}
+	case replyDescribeStmt:
+		switch typ {
+		case 't':
+			s.cout = appendFrame(s.cout, typ, body)
+		case 'T', 'n':
+			s.cout = appendFrame(s.cout, typ, body)
+			s.popServer(false)
+		default:
+			return errServerProtocol
+		}
+	case replyDescribePortal:
+		if typ != 'T' && typ != 'n' {
+			return errServerProtocol
+		}
+		s.cout = appendFrame(s.cout, typ, body)
+		s.popServer(false)
+	case replyExecute:
+		switch typ {
+		case 'C', 'I', 's':
+			if f.op == opPass {
+				s.cout = appendFrame(s.cout, typ, body)
+			}
+			s.popServer(false)
+		case 'D', 'd', 'c', 'G', 'H', 'W':
+			s.noteCopy(typ)
+			s.cout = appendFrame(s.cout, typ, body)
+		default:
+			return errServerProtocol
+		}
+	}
+	return nil
+}
+
+// completionOf is the message that completes a Parse, Bind or Close.
+func completionOf(k replyKind) byte {
+	switch k {
+	case replyParse:
+		return '1'
+	case replyBind:
+		return '2'
+	}
+	return '3'
+}
+
+// noteCopy notices the server waiting for COPY data.
+func (s *session) noteCopy(typ byte) {
+	if typ == 'G' || typ == 'W' {
+		s.copyIn = true
+	}
+}
+
+// popServer removes the front entry (a server reply), undoing what it
+// registered when its message failed or was skipped.
+func (s *session) popServer(failed bool) reply {
+	r := s.q.pop()
+	if r.kind != replyLocal && s.asked > 0 {
+		s.asked--
+	}
+	if failed {
+		s.undo(r)
+	}
+	return r
+}
+
+// undo reverts the bookkeeping of a message whose reply never came.
+func (s *session) undo(r reply) {
+	if r.added != "" && s.link.st != nil {
+		delete(s.link.st.prepared, r.added)
+	}
+	if r.stmt != nil && s.stmts[r.stmt.name] == r.stmt {
+		delete(s.stmts, r.stmt.name)
+	}
+	if r.undo != nil {
+		r.undo()
+	}
+}
+
+// onReady handles ReadyForQuery: entries before the boundary whose replies
+// never came (skipped after an error) are undone, and with nothing more
+// owed the session settles at this safe point.
+func (s *session) onReady(body []byte) error {
+	if len(body) != 1 {
+		return s.serverLost(errServerProtocol)
+	}
+	for {
+		r := s.popServer(true)
+		if r.kind.boundary() {
+			break
+		}
+	}
+	s.txStatus = body[0]
+	s.cout = appendReadyForQuery(s.cout, s.txStatus)
+	s.emitFront()
+	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
+	return nil
+}
+
+// safePoint runs when the server owes nothing and the client's messages
+// are all answered: probe a session that may hold locks or state, read back
+// changed settings, and give the connection back unless pinned.
+func (s *session) safePoint() error {
+	sc := s.link.sc
+	if err := s.link.to(linkAttached); err != nil {
+		return err
+	}
+	if s.txStatus == 'I' && (s.needProbe || s.setsPending) {
+		if err := s.link.to(linkProbing); err != nil {
+			return err
+		}
+		probe, sets, setsAll, names := s.needProbe, s.setsPending, s.setsAll, s.setNames
+		s.needProbe, s.setsPending, s.setsAll, s.setNames = false, false, false, nil
+		if s.dropPrepared && s.link.st != nil {
+			s.link.st.prepared = nil
+			s.dropPrepared = false
+		}
+		var held bool
+		var reason string
+		var err error
+		if sets {
+			err = s.readBackSets(sc, s.link.st, setsAll, names)
+		}
+		if probe && err == nil {
+			held, reason, err = probeConn(sc)
+		}
+		if err != nil {
+			if isConnError(err) {
+				return s.serverLost(err)
+			}
+			if probe {
+				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				held, reason = true, s.pinReason
+			}
+		}
+		if probe {
+			s.setPinned(held, reason)
+		}
+		if err := s.link.to(linkAttached); err != nil {
+			return err
+		}
+	}
+	if s.txStatus == 'I' && s.lease != nil {
+		s.insertLeaseWarnings()
+	}
+	s.link.mu.Lock()
+	draining := s.link.draining
+	s.link.mu.Unlock()
+	if s.txStatus == 'I' && draining {
+		if s.pinned || s.slot != nil {
+			return errShutdown()
+		}
+		s.release()
+		return errShutdown()
+	}
+	if s.txStatus == 'I' && !s.pinned && s.slot == nil && !s.app.sessionPool {
+		s.release()
+	}
+	return nil
+}
+
+// release gives the idle connection back to the pool.
+func (s *session) release() {
+	sc := s.link.detach()
+	s.asked = 0
+	if sc != nil {
+		s.srv.pool.Release(sc)
+	}
+}
+
+// insertLeaseWarnings puts warnings about leases the session lost before
+// the ReadyForQuery that ends the reply.
+func (s *session) insertLeaseWarnings() {
+	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
+		return
+	}
+	w := appendLeaseWarnings(nil, s.lease)
+	if len(w) == 0 {
+		return
+	}
+	rfq := append([]byte(nil), s.cout[len(s.cout)-6:]...)
+	s.cout = append(append(s.cout[:len(s.cout)-6], w...), rfq...)
 }
 
 // onParameterStatus records a parameter the server reports changed while
@@ -260,234 +377,173 @@ func (s *session) onParameterStatus(b []byte) {
 	if !ok {
 		return
 	}
+	st := s.link.st
+	if st == nil {
+		return
+	}
 	name, val := lower(string(k)), string(v)
-	s.mu.Lock()
-	if s.st != nil {
-		s.st.params[name] = val
-		s.params.set(name, val)
-		s.st.synced = s.params.fingerprint()
-	}
-	s.mu.Unlock()
+	st.params[name] = val
+	s.params.set(name, val)
+	st.synced = s.params.fingerprint()
 }
 
-// onReady handles ReadyForQuery: it settles the owed replies, probes a
-// session that may hold locks or state, and gives the connection back at a
-// safe point. It returns false when the relay must end.
-func (s *session) onReady(sc *pool.Conn, status byte, out []byte) ([]byte, bool) {
-	s.wmu.Lock()
-	s.mu.Lock()
-	// Pop through the first boundary; entries before it whose replies never
-	// came (skipped after an error) are undone.
-	for len(s.q) > 0 {
-		a := s.q[0]
-		s.q = s.q[1:]
-		if a.kind == 'Z' {
-			break
-		}
-		s.undo(a)
-	}
-	if len(s.q) == 0 {
-		s.q = s.qbuf[:0]
-	}
-	if s.boundaries > 0 {
-		s.boundaries--
-	}
-	s.txStatus = status
-	idle := s.boundaries == 0 && !s.unsynced
-	if idle && status == 'I' && (s.needProbe || s.setsPending) && !s.stopping {
-		s.probing = true
-		probe, sets, setsAll, names := s.needProbe, s.setsPending, s.setsAll, s.setNames
-		s.needProbe, s.setsPending, s.setsAll, s.setNames = false, false, false, nil
-		st := s.st
-		if s.dropPrepared && st != nil {
-			st.prepared = nil
-			s.dropPrepared = false
-		}
-		s.mu.Unlock()
-		var held bool
-		var reason string
-		var err error
-		if sets {
-			err = s.readBackSets(sc, st, setsAll, names)
-		}
-		if probe && err == nil {
-			held, reason, err = s.probe(sc)
-		}
-		s.mu.Lock()
-		s.probing = false
-		s.cond.Broadcast()
-		if err != nil {
-			if isConnError(err) {
-				s.mu.Unlock()
-				s.wmu.Unlock()
-				s.relayFailed(sc, out, err, false)
-				return out[:0], false
-			}
-			if probe {
-				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
-				held, reason = true, s.pinReason
-			}
-		}
-		if probe {
-			s.setPinned(held, reason)
-		}
-	}
-	release := idle && status == 'I' && !s.pinned && !s.app.sessionPool && !s.stopping
-	if idle && status != 'I' && s.idleTx > 0 {
-		// Idle inside a transaction from now on: the client has
-		// idle_transaction_timeout to send its next message.
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.idleTx))
-		s.idleDL.Store(true)
-	}
-	if idle && s.lease != nil && len(out) >= 6 {
-		// Lost-lease warnings go with the next result, before its ReadyForQuery.
-		if w := appendLeaseWarnings(nil, s.lease); len(w) > 0 {
-			rfq := append([]byte(nil), out[len(out)-6:]...)
-			out = append(append(out[:len(out)-6], w...), rfq...)
-		}
-	}
-	drainNow := idle && status == 'I' && s.draining && !s.closed
-	if drainNow {
-		s.closed = true
-	}
-	if release {
-		s.sc, s.st = nil, nil
-		s.relayDone = nil
-		s.relayOn = false
-	}
-	if idle || release {
-		s.cond.Broadcast()
-	}
-	s.mu.Unlock()
-	if release {
-		s.srv.pool.Release(sc)
-	}
-	if idle || release {
-		if drainNow {
-			out = appendError(out, 'E', errShutdown)
-		}
-		if _, err := s.conn.Write(out); err != nil {
-			_ = s.conn.Close()
-		}
-		out = out[:0]
-		if drainNow {
-			_ = s.conn.Close()
-		}
-	}
-	s.wmu.Unlock()
-	return out, !release
-}
-
-// undo reverts the bookkeeping of a message whose reply never came.
-func (s *session) undo(a action) {
-	if a.added != "" && s.st != nil {
-		delete(s.st.prepared, a.added)
-	}
-	if a.stmt != nil && s.stmts[a.stmt.name] == a.stmt {
-		delete(s.stmts, a.stmt.name)
-	}
-}
-
-// setPinned applies a probe result. Called with mu held.
+// setPinned applies a probe result.
 func (s *session) setPinned(held bool, reason string) {
 	switch {
 	case held && !s.pinned:
-		s.pinned = true
 		if reason == "" {
 			reason = "advisory_lock"
 		}
-		s.pinReason = reason
-		s.pinnedSince = time.Now()
+		s.pinned, s.pinReason = true, reason
+		s.link.setPin(true, reason)
 		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, reason).Inc()
 		s.app.pins.Inc()
 	case !held && s.pinned:
 		s.pinned = false
 		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, s.pinReason).Dec()
 		s.pinReason = ""
+		s.link.setPin(false, "")
 	case !held:
 		s.pinReason = ""
 	}
-	if !s.pinned && s.slotHeld {
-		s.slotHeld = false
-		s.srv.pool.ReleasePin(s.app.cfg.Name)
+	if !s.pinned && s.slot != nil {
+		s.slot.Release()
+		s.slot = nil
 	}
 }
 
-// relayFailed ends the relay after a read error. When the session asked the
-// relay to stop, the connection is handed back intact; otherwise the server
-// connection is lost: the client gets an error for each reply it was owed,
-// stays connected, and its pin (and whatever it held) is gone.
-func (s *session) relayFailed(sc *pool.Conn, out []byte, err error, atBoundary bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.mu.Lock()
-	if s.stopping && isTimeout(err) {
-		s.relayClean = atBoundary
-		s.mu.Unlock()
-		if len(out) > 0 {
-			_, _ = s.conn.Write(out)
-		}
-		return
+// serverLost handles the death of the server connection (a read or write
+// failed). When the client is inside a transaction block, is owed replies,
+// or is pinned (its locks and session state died with the backend), it gets
+// the server's FATAL (or lockpool's 08006) and its connection is closed, as
+// on a direct connection: nothing it sends after the loss runs. Otherwise the
+// loss is invisible.
+func (s *session) serverLost(err error) error {
+	sc := s.link.sc
+	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
+	wasPinned := s.pinned || s.slot != nil
+	_ = s.link.to(linkLost)
+	for s.q.len() > 0 {
+		s.undo(s.q.pop())
 	}
-	owed := s.boundaries
-	unsynced := s.unsynced
-	// A pin slot held means a statement that may have taken a session lock
-	// ran: the client may believe it holds one, so it must learn that its
-	// session is gone.
-	wasPinned := s.pinned || s.slotHeld
-	for _, a := range s.q {
-		s.undo(a)
+	s.asked, s.unsynced, s.copyIn, s.askPending = 0, false, false, false
+	s.sout = s.sout[:0]
+	s.link.detach()
+	if sc != nil {
+		sc.Broken = true
+		s.srv.pool.Destroy(sc)
 	}
-	s.q = nil
-	s.boundaries = 0
-	s.unsynced = false
-	s.sc, s.st = nil, nil
-	s.relayDone = nil
-	s.relayOn = false
 	s.needProbe = false
 	s.setPinned(false, "")
-	if unsynced {
-		s.lostUnsynced.Store(true)
+	if s.slot != nil {
+		s.slot.Release()
+		s.slot = nil
 	}
-	s.cond.Broadcast()
-	s.mu.Unlock()
-	sc.Broken = true
-	s.srv.pool.Destroy(sc)
 	if !errors.Is(err, io.EOF) {
 		s.srv.log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 	}
-	msg := "lockpool: the server connection was lost; the current transaction is gone"
-	hint := "Retry the transaction."
+	if !mustEnd {
+		s.txStatus = 'I'
+		return nil
+	}
+	if s.sawFatal {
+		return errSessionEnd // the server's FATAL is the last message
+	}
+	pe := &pgError{Severity: "FATAL", Code: "08006", Message: "lockpool: the server connection was lost; the current transaction is gone", Hint: "Reconnect and retry the transaction."}
 	if wasPinned {
-		msg = "lockpool: the server connection was lost; the session's advisory locks and session state are gone"
-		hint = "Take the locks again; they were released when the server connection ended."
+		pe.Message = "lockpool: the server connection was lost; the session's advisory locks and session state are gone"
+		pe.Hint = "Reconnect and take the locks again; they were released when the server connection ended."
 	}
-	pe := &pgError{Code: "08006", Message: msg, Hint: hint}
-	for i := 0; i < owed; i++ {
-		out = appendError(out, 'E', pe)
-		out = appendReadyForQuery(out, 'I')
-	}
-	if wasPinned {
-		// The session's locks and state died with its backend: end the
-		// session too, as PostgreSQL would, so the client cannot go on
-		// believing it holds them.
-		fe := *pe
-		fe.Severity = "FATAL"
-		out = appendError(out, 'E', &fe)
-	}
-	if len(out) > 0 {
-		if _, err := s.conn.Write(out); err != nil {
-			_ = s.conn.Close()
-		}
-	}
-	if wasPinned {
-		_ = s.conn.Close()
-	}
+	return pe
 }
 
 func isConnError(err error) bool {
 	var ne interface{ Timeout() bool }
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
+
+// startWatch hands the idle, pinned connection to a watcher goroutine that
+// relays what the server sends on its own (notifications, notices) and
+// notices the server's death while the client is silent.
+func (s *session) startWatch() error {
+	if err := s.flushClient(); err != nil {
+		return err
+	}
+	if err := s.link.to(linkWatched); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	s.watchDone = done
+	s.watchLost, s.watchFatal = false, false
+	go s.watch(s.link.sc, done)
+	return nil
+}
+
+// watch runs on its own goroutine while the link is watched; it owns the
+// server connection until stopWatch.
+func (s *session) watch(sc *pool.Conn, done chan struct{}) {
+	defer close(done)
+	r := sc.Reader
+	var fatal bool
+	for {
+		hdr, err := r.Peek(5)
+		if err == nil {
+			n := int(uint32(hdr[1])<<24|uint32(hdr[2])<<16|uint32(hdr[3])<<8|uint32(hdr[4])) - 4
+			if n < 0 || n > r.Size()-5 {
+				err = errServerProtocol
+			} else {
+				var msg []byte
+				if msg, err = r.Peek(5 + n); err == nil {
+					switch msg[0] {
+					case 'A', 'N', 'S', 'E':
+						if msg[0] == 'E' {
+							if sev := errorSeverity(msg[5:]); sev == "FATAL" || sev == "PANIC" {
+								fatal = true
+							}
+						}
+						if msg[0] == 'S' {
+							s.onParameterStatus(msg[5:])
+						}
+						werr := s.out.write(msg)
+						_, _ = r.Discard(5 + n)
+						if werr != nil {
+							return // the client is gone; the session goroutine cleans up
+						}
+						continue
+					default:
+						err = errServerProtocol
+					}
+				}
+			}
+		}
+		if isTimeout(err) {
+			return // stopWatch
+		}
+		// The server connection died while the client is idle and pinned:
+		// its locks are gone. End the session now, as PostgreSQL would.
+		s.watchLost, s.watchFatal = true, fatal
+		var pe *pgError
+		if !fatal {
+			pe = &pgError{Severity: "FATAL", Code: "08006", Message: "lockpool: the server connection was lost; the session's advisory locks and session state are gone", Hint: "Reconnect and take the locks again; they were released when the server connection ended."}
+		}
+		s.out.end(nil, pe)
+		return
+	}
+}
+
+// stopWatch takes the connection back from the watcher.
+func (s *session) stopWatch() error {
+	sc, done := s.link.sc, s.watchDone
+	_ = sc.Net.SetReadDeadline(time.Unix(1, 0))
+	<-done
+	_ = sc.Net.SetReadDeadline(time.Time{})
+	s.watchDone = nil
+	if s.watchLost {
+		s.sawFatal = true
+		_ = s.serverLost(io.EOF)
+		return errSessionEnd
+	}
+	return s.link.to(linkAttached)
 }
 
 // probeSQL asks the server whether this backend still holds anything that
@@ -501,8 +557,8 @@ const probeSQL = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktyp
 
 var probeReasons = [...]string{"advisory_lock", "listen", "temp_table", "cursor", "prepare", "role"}
 
-// probe runs probeSQL on sc, which nobody else uses meanwhile.
-func (s *session) probe(sc *pool.Conn) (held bool, reason string, err error) {
+// probeConn runs probeSQL on sc, which nobody else uses meanwhile.
+func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(appendQuery(nil, probeSQL)); err != nil {
@@ -564,42 +620,49 @@ func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 	}
 }
 
-// errorMessage extracts the M field of an ErrorResponse body.
-func errorMessage(body []byte) string {
+// errorField extracts one field of an ErrorResponse body.
+func errorField(body []byte, field byte) (string, bool) {
 	for len(body) > 0 && body[0] != 0 {
 		f := body[0]
 		v, rest, ok := cstring(body[1:])
 		if !ok {
 			break
 		}
-		if f == 'M' {
-			return string(v)
+		if f == field {
+			return string(v), true
 		}
 		body = rest
+	}
+	return "", false
+}
+
+// errorMessage extracts the M field of an ErrorResponse body.
+func errorMessage(body []byte) string {
+	if m, ok := errorField(body, 'M'); ok {
+		return m
 	}
 	return "unknown error"
 }
 
 // errorCode extracts the C field of an ErrorResponse body.
 func errorCode(body []byte) string {
-	for len(body) > 0 && body[0] != 0 {
-		f := body[0]
-		v, rest, ok := cstring(body[1:])
-		if !ok {
-			break
-		}
-		if f == 'C' {
-			return string(v)
-		}
-		body = rest
+	c, _ := errorField(body, 'C')
+	return c
+}
+
+// errorSeverity extracts the non-localized severity of an ErrorResponse.
+func errorSeverity(body []byte) string {
+	if v, ok := errorField(body, 'V'); ok {
+		return v
 	}
-	return ""
+	v, _ := errorField(body, 'S')
+	return v
 }
 
 // resetServer cleans a server connection whose session ended while it was
 // pinned (or in session mode), so the next client finds nothing of it. It
 // reports whether the connection may be reused.
-func (s *session) resetServer(sc *pool.Conn, st *serverState) bool {
+func (s *session) resetServer(sc *pool.Conn) bool {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(appendQuery(nil, "DISCARD ALL")); err != nil {
@@ -613,9 +676,7 @@ func (s *session) resetServer(sc *pool.Conn, st *serverState) bool {
 	}); err != nil || failed {
 		return false
 	}
-	if st == nil {
-		st = stateOf(sc)
-	}
+	st := stateOf(sc)
 	// DISCARD ALL dropped every prepared statement and reset every setting.
 	st.prepared = nil
 	for k := range st.params {
@@ -625,7 +686,7 @@ func (s *session) resetServer(sc *pool.Conn, st *serverState) bool {
 		st.params[k] = v
 	}
 	st.synced = ""
-	held, _, err := s.probe(sc)
+	held, _, err := probeConn(sc)
 	return err == nil && !held
 }
 

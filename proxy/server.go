@@ -72,6 +72,7 @@ type Server struct {
 	mu          sync.Mutex
 	ln          net.Listener
 	sessions    map[uint32]*session // by lockpool's own backend pid
+	stmts       stmtCatalog         // server statements known across sessions
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
 	nextPID     uint32
@@ -376,7 +377,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		for _, ss := range list {
-			ss.kill(errShutdown)
+			ss.kill(errShutdown())
 		}
 		<-finished
 	}
@@ -390,8 +391,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	close(s.done)
 	return nil
 }
-
-var errShutdown = &pgError{Severity: "FATAL", Code: "57P01", Message: "lockpool: terminating connection because lockpool is shutting down", Hint: "Reconnect; another lockpool instance or this one after its restart will serve you."}
 
 // Pool exposes the connection manager (tests and the admin server).
 func (s *Server) Pool() *pool.Manager { return s.pool }

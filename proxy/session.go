@@ -8,9 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -19,34 +18,27 @@ import (
 	"github.com/lockpool/lockpool/rewrite"
 )
 
-// action is one entry of the queue of replies the server still owes: a
-// boundary (one ReadyForQuery) or a Parse/Bind/Close completion.
-type action struct {
-	kind  byte  // '1', '2', '3' or 'Z'
-	op    uint8 // opPass, opSwallow, opAsParse
-	added string
-	stmt  *stmt // client statement registered by this Parse (undone if it fails)
-}
-
-const (
-	opPass    uint8 = iota // forward the reply
-	opSwallow              // lockpool's own message: drop the reply
-	opAsParse              // a no-op Close stands in for a Parse: send ParseComplete
-)
-
 // stmt is a client's named prepared statement.
 type stmt struct {
 	name    string
 	srvName string
 	parse   []byte // Parse body after the statement name: query, parameter types
 	find    rewrite.Findings
+	begins  bool // the statement opens a transaction block
 }
 
-// session is one logged-in client.
+// errSessionEnd ends a session whose client was already told why.
+var errSessionEnd = errors.New("session ended")
+
+// session is one logged-in client. Everything in it belongs to the session
+// goroutine, which reads the client, writes the server, and relays the
+// server's replies; the few things other goroutines see live in link (the
+// server link, under its own lock) and out (the client socket).
 type session struct {
 	srv      *Server
 	conn     net.Conn
 	r        *lazyReader
+	out      clientOut
 	app      *appState
 	user     string
 	database string
@@ -55,61 +47,56 @@ type session struct {
 	secret   uint32
 	params   clientParams
 	startup  map[string]string // the client's startup parameters (RESET ALL returns to them)
+	idleTx   time.Duration     // idle_transaction_timeout (0: off)
 
-	// Owned by the session goroutine.
-	sout         []byte // buffered writes to the server
-	skipping     bool   // discarding until Sync after an error in an extended batch
-	lastBoundary bool   // the last message written to the server was Query, Sync or FunctionCall
+	link serverLink // the server connection and its life cycle
+
+	// The conversation with the server.
+	q          replyQueue // replies the client is owed, in order
+	sout       []byte     // buffered writes to the server
+	cout       []byte     // buffered writes to the client
+	asked      int        // server entries of q the server was asked to answer (Sync, Query or Flush sent)
+	askPending bool       // sout ends with a Sync, Query, FunctionCall or Flush
+	unsynced   bool       // extended-protocol messages went to the server after the last Sync
+	txStatus   byte       // the server's last ReadyForQuery status
+	copyIn     bool       // the server waits for COPY data from the client
+	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
+	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
+	skipping   bool       // discarding client messages until Sync after an error
+	// localTx is 'E' when a statement that opens a transaction block failed
+	// before reaching a server: the client is in a failed transaction that
+	// only lockpool knows, until ROLLBACK.
+	localTx    byte
+	localExit  bool          // localTx: the client prepared a transaction-ending statement
+	watchDone  chan struct{} // the watcher's end, while the link is watched
+	watchLost  bool          // the watcher saw the server connection die
+	watchFatal bool          // the watcher relayed the server's FATAL
+	lastWasQ   bool          // the client message being handled is a simple Query
+
+	// Pins.
+	slot      *pinSlot // a pin slot held (taken before a statement that may lock, kept while pinned)
+	pinned    bool
+	pinReason string
+	needProbe bool
+
+	// Statements.
 	unnamed      rewrite.Findings
-	// unnamedParse is the client's last unnamed Parse (query and types);
-	// unnamedHere says the attached connection has it.
-	unnamedParse []byte
-	unnamedHere  bool
-	scratch      []byte
-	idleDL       atomic.Bool   // a read deadline for idle_transaction_timeout is set
-	idleTx       time.Duration // idle_transaction_timeout (0: off)
-
-	// lostUnsynced: the server died before the client's Sync; skip to the
-	// Sync and answer it with an error.
-	lostUnsynced atomic.Bool
-
-	wmu sync.Mutex // client writes
-
-	mu           sync.Mutex
-	cond         sync.Cond
-	sc           *pool.Conn
-	st           *serverState
-	q            []action
-	boundaries   int
-	unsynced     bool
-	txStatus     byte
-	pinned       bool
-	pinReason    string
-	pinnedSince  time.Time
-	slotHeld     bool
-	needProbe    bool
-	probing      bool
-	stopping     bool
-	relayDone    chan struct{}
-	relayOn      bool // a relay reads the attached connection
-	relayClean   bool
-	draining     bool
-	closed       bool
-	waitCtx      context.Context
-	waitCancelFn context.CancelFunc
-	waiting      bool
-	qbuf         [8]action // backing store of q while it is short
+	unnamedParse []byte // the client's last unnamed Parse (query and types)
+	unnamedHere  bool   // the attached connection has it
+	unnamedBegin bool   // it opens a transaction block
 	stmts        map[string]*stmt
-	// SET/RESET seen: read the values back at the next idle point.
-	// Lease calls (owned by the session goroutine).
-	lease        LeaseSession
-	virt         map[string]*virtStmt
-	vportals     map[string]*virtPortal
+	scratch      []byte
+
+	// Settings read back at the next idle point.
 	setsPending  bool
 	setsAll      bool
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
 	setNames     []string
-	pendingPS    []byte // ParameterStatus to send the client with the next reply
+
+	// Lease calls.
+	lease    LeaseSession
+	virt     map[string]*virtStmt
+	vportals map[string]*virtPortal
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -123,7 +110,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		srv: srv, conn: conn, r: newLazyReader(conn, early), app: as, user: user, database: database,
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
-	s.cond.L = &s.mu
+	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
 		// A read that times out may leave TLS state unusable: TLS clients
 		// keep their buffer.
@@ -140,50 +127,47 @@ func (s *session) serve() {
 	defer s.app.clients.Dec()
 	defer s.srv.unadmit(s.app)
 	defer s.cleanup()
+	defer func() {
+		// A bug in one session ends that session, never the process.
+		if v := recover(); v != nil {
+			s.srv.log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
+			s.out.end(nil, &pgError{Code: "XX000", Message: "lockpool: internal error", Hint: "This is a bug in lockpool; the connection is closed."})
+		}
+	}()
 	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
 	s.idleTx = s.srv.rc.Load().cfg.IdleTransactionTimeout
-	if s.idleTx > 0 {
-		// The session uses read deadlines itself: keep the read buffer.
-		s.r.releaseAfter = 0
-	}
 	for {
-		if s.r.Buffered() == 0 && len(s.sout) > 0 {
-			s.flushServer()
-			s.startRelay(s.lastBoundary && s.r.Buffered() == 0)
-		}
-		if s.idleTx > 0 {
-			s.armIdleTimeout(s.idleTx)
+		if s.r.Buffered() == 0 {
+			if err := s.flushBatch(); err != nil {
+				s.end(err)
+				return
+			}
+			if err := s.idle(); err != nil {
+				s.end(err)
+				return
+			}
 		}
 		typ, n, err := readHeader(s.r)
-		if err != nil && isTimeout(err) && s.idleDL.Load() && s.idleTx > 0 {
-			s.mu.Lock()
-			stillIdle := s.sc != nil && s.txStatus != 'I' && s.boundaries == 0 && !s.probing
-			s.mu.Unlock()
-			if !stillIdle {
-				// The server is working for the client: not idle.
-				_ = s.conn.SetReadDeadline(time.Time{})
-				s.idleDL.Store(false)
-				continue
+		if s.watchDone != nil {
+			if werr := s.stopWatch(); werr != nil {
+				s.end(werr)
+				return
 			}
-			s.fatal(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
-			return
 		}
 		if err != nil {
+			if isTimeout(err) && s.idleInTransaction() {
+				s.end(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
+				return
+			}
 			if errors.Is(err, errProtocol) {
-				s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."})
+				s.end(err)
 			}
 			return
 		}
-		if s.idleDL.Load() {
-			_ = s.conn.SetReadDeadline(time.Time{})
-			s.idleDL.Store(false)
-		}
+		s.r.SetDeadline(time.Time{})
 		if n > maxMsg && maxMsg > 0 {
-			s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: message of %d bytes exceeds max_message_size (%d)", n, maxMsg), Hint: "Send smaller messages or raise max_message_size."})
+			s.end(&pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: message of %d bytes exceeds max_message_size (%d)", n, maxMsg), Hint: "Send smaller messages or raise max_message_size."})
 			return
-		}
-		if s.lostUnsynced.Load() {
-			s.skipping = true
 		}
 		if s.skipping && typ != 'S' && typ != 'X' {
 			if err := s.discard(n); err != nil {
@@ -191,47 +175,72 @@ func (s *session) serve() {
 			}
 			continue
 		}
-		switch typ {
-		case 'X':
-			return
-		case 'Q':
-			err = s.onQuery(n)
-		case 'P':
-			err = s.onParse(n)
-		case 'B':
-			err = s.onBind(n)
-		case 'D':
-			err = s.onDescribe(n)
-		case 'C':
-			err = s.onClose(n)
-		case 'S':
-			err = s.onSync(n)
-		case 'H':
-			err = s.onFlush(n)
-		case 'E':
-			err = s.onExecute(n)
-		case 'F':
-			err = s.forwardRaw(typ, n, fwdBoundary)
-		case 'd', 'c', 'f':
-			if s.attached() {
-				err = s.forwardRaw(typ, n, fwdPlain)
-			} else {
-				err = s.discard(n)
-			}
-		default:
-			s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: invalid frontend message type %d", typ), Hint: "The client sent a message lockpool does not know; the connection is closed."})
-			return
-		}
-		if err != nil {
-			var pe *pgError
-			if errors.As(err, &pe) && pe.Severity == "FATAL" {
-				s.fatal(pe)
-			} else if errors.Is(err, errProtocol) {
-				s.fatal(&pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."})
-			}
+		if err := s.dispatch(typ, n); err != nil {
+			s.end(err)
 			return
 		}
 	}
+}
+
+// dispatch handles one client message.
+func (s *session) dispatch(typ byte, n int) error {
+	s.lastWasQ = typ == 'Q'
+	if s.localTx != 0 {
+		return s.inLocalFailedTx(typ, n)
+	}
+	switch typ {
+	case 'X':
+		return errSessionEnd
+	case 'Q':
+		return s.onQuery(n)
+	case 'P':
+		return s.onParse(n)
+	case 'B':
+		return s.onBind(n)
+	case 'D':
+		return s.onDescribe(n)
+	case 'C':
+		return s.onClose(n)
+	case 'S':
+		return s.onSync(n)
+	case 'H':
+		return s.onFlush(n)
+	case 'E':
+		return s.onExecute(n)
+	case 'F':
+		if err := s.toServer(replyQuery, opPass); err != nil {
+			_ = s.discard(n)
+			return s.attachFailed(err, true, false)
+		}
+		return s.forwardBody(typ, n)
+	case 'd', 'c', 'f':
+		if s.link.sc == nil || !s.copyIn {
+			return s.discard(n) // PostgreSQL ignores COPY messages outside COPY
+		}
+		if typ != 'd' {
+			s.copyIn = false
+		}
+		return s.forwardBody(typ, n)
+	}
+	return protoErrorf("invalid frontend message type %d", typ)
+}
+
+// end finishes a session that must stop: a FATAL error is the last thing
+// the client gets, then its connection is closed.
+func (s *session) end(err error) {
+	var pe *pgError
+	switch {
+	case errors.Is(err, errSessionEnd):
+		s.out.end(s.cout, nil)
+		return
+	case errors.As(err, &pe):
+	case errors.Is(err, errProtocol):
+		pe = &pgError{Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."}
+	default:
+		s.out.end(nil, nil)
+		return
+	}
+	s.out.end(s.cout, pe)
 }
 
 func isTimeout(err error) bool {
@@ -239,25 +248,33 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func (s *session) armIdleTimeout(d time.Duration) {
-	s.mu.Lock()
-	inTx := s.sc != nil && s.txStatus != 'I' && s.boundaries == 0
-	s.mu.Unlock()
-	if inTx && s.r.Buffered() == 0 && !s.idleDL.Load() {
-		_ = s.conn.SetReadDeadline(time.Now().Add(d))
-		s.idleDL.Store(true)
+// idleInTransaction reports whether the client is idle inside a
+// transaction block on its server connection.
+func (s *session) idleInTransaction() bool {
+	return s.link.sc != nil && s.txStatus != 'I' && s.q.len() == 0
+}
+
+// idle prepares for a wait on the client: a pinned session's server is
+// watched meanwhile (notifications, its death), and a client idle inside a
+// transaction gets idle_transaction_timeout to speak.
+func (s *session) idle() error {
+	if s.link.sc == nil || s.q.len() > 0 || s.copyIn {
+		return nil
 	}
+	if s.idleTx > 0 && s.txStatus != 'I' {
+		s.r.SetDeadline(time.Now().Add(s.idleTx))
+	}
+	if s.txStatus == 'I' && !s.unsynced && (s.pinned || s.app.sessionPool) {
+		return s.startWatch()
+	}
+	return nil
 }
 
 // body returns the n-byte message body. It aliases the read buffer when it
 // fits (valid until consume) and is a fresh slice otherwise.
 func (s *session) body(n int) ([]byte, error) {
 	if n <= s.r.Size() {
-		b, err := s.r.Peek(n)
-		if err != nil {
-			return nil, err
-		}
-		return b, nil
+		return s.r.Peek(n)
 	}
 	if cap(s.scratch) < n {
 		s.scratch = make([]byte, n)
@@ -283,62 +300,80 @@ func (s *session) discard(n int) error {
 	return err
 }
 
-func (s *session) attached() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sc != nil
-}
-
-// fwdKind says how a forwarded message changes the session's bookkeeping.
-type fwdKind uint8
-
-const (
-	fwdPlain    fwdKind = iota // no effect (copy data)
-	fwdUnsynced                // a message the next Sync completes
-	fwdBoundary                // Query, Sync, FunctionCall: one ReadyForQuery
-)
-
-// reserve attaches a server connection if needed and records, atomically
-// with the check, what the next written messages owe: after it returns the
-// relay cannot give the connection back until those replies have come.
-func (s *session) reserve(kind fwdKind, acts ...action) (*pool.Conn, error) {
-	s.mu.Lock()
-	for s.sc == nil {
-		s.mu.Unlock()
-		if err := s.attach(); err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
+// attach takes a server connection for this session if it has none.
+func (s *session) attach() error {
+	if s.link.sc != nil {
+		return nil
 	}
-	for s.probing {
-		s.cond.Wait()
+	s.link.mu.Lock()
+	draining := s.link.draining
+	s.link.mu.Unlock()
+	if draining {
+		return errShutdown()
 	}
-	sc := s.sc
-	if sc == nil {
-		s.mu.Unlock()
-		return s.reserve(kind, acts...)
-	}
-	s.q = append(s.q, acts...)
-	s.lastBoundary = kind == fwdBoundary
-	switch kind {
-	case fwdUnsynced:
-		s.unsynced = true
-	case fwdBoundary:
-		s.q = append(s.q, action{kind: 'Z'})
-		s.boundaries++
-		s.unsynced = false
-	}
-	s.mu.Unlock()
-	return sc, nil
-}
-
-// forwardRaw forwards one client message unchanged.
-func (s *session) forwardRaw(typ byte, n int, kind fwdKind, acts ...action) error {
-	sc, err := s.reserve(kind, acts...)
+	ctx := s.waitContext()
+	sc, err := s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
+	s.endWait()
 	if err != nil {
-		_ = s.discard(n)
-		return s.attachFailed(err, kind == fwdBoundary && typ == 'Q')
+		return err
 	}
+	sc.LastClient = s.remote
+	st := stateOf(sc)
+	ps, err := s.syncParams(sc, st)
+	if err != nil {
+		s.srv.pool.Destroy(sc)
+		var pe *pgError
+		if errors.As(err, &pe) {
+			pe.Severity = "FATAL"
+			return pe
+		}
+		return err
+	}
+	if err := s.link.attach(sc, st); err != nil {
+		s.srv.pool.Release(sc)
+		return err
+	}
+	s.unnamedHere = false
+	s.txStatus = 'I'
+	s.sawFatal = false
+	s.cout = append(s.cout, ps...)
+	return nil
+}
+
+// toServer attaches a server connection if needed and records the reply
+// the next message written to the server owes the client (none for kind
+// 0). The caller then appends the message to sout.
+func (s *session) toServer(kind replyKind, op replyOp) error {
+	if err := s.attach(); err != nil {
+		return err
+	}
+	switch kind {
+	case 0:
+	case replyQuery:
+		s.askPending = true
+	case replySync:
+		s.askPending = true
+		s.unsynced = false
+	default:
+		s.unsynced = true
+		s.askPending = false
+	}
+	if kind != 0 {
+		s.q.push(reply{kind: kind, op: op})
+	}
+	return nil
+}
+
+// expect records one more reply for a message the caller appends itself
+// after toServer: the same rules, with a statement to forget on failure.
+func (s *session) expect(r reply) {
+	s.q.push(r)
+	s.unsynced = true
+	s.askPending = false
+}
+
+// forwardBody forwards the n-byte body of a client message unchanged.
+func (s *session) forwardBody(typ byte, n int) error {
 	s.sout = append(s.sout, typ, byte((n+4)>>24), byte((n+4)>>16), byte((n+4)>>8), byte(n+4))
 	if n <= s.r.Size() {
 		b, err := s.r.Peek(n)
@@ -350,33 +385,34 @@ func (s *session) forwardRaw(typ byte, n int, kind fwdKind, acts ...action) erro
 		return nil
 	}
 	// Large message: stream it through without holding it in memory.
-	s.flushServerTo(sc)
-	s.startRelay(false)
-	if _, err := io.CopyN(sc.Net, s.r, int64(n)); err != nil {
-		if s.r.Buffered() == 0 {
-			// Could be either side; the relay reports a server failure.
-			s.serverWriteFailed(sc)
+	if err := s.writeServer(); err != nil {
+		return err
+	}
+	sc := s.link.sc
+	w := &errWriter{w: sc.Net}
+	if _, err := io.CopyN(w, s.r, int64(n)); err != nil {
+		if w.err != nil {
+			return s.serverLost(w.err)
 		}
-		return nil
+		return err
 	}
 	return nil
 }
 
-// flushServer writes the buffered messages to the attached server.
-func (s *session) flushServer() {
-	s.mu.Lock()
-	sc := s.sc
-	s.mu.Unlock()
+// writeServer writes the buffered messages to the attached server.
+func (s *session) writeServer() error {
+	if len(s.sout) == 0 {
+		return nil
+	}
+	sc := s.link.sc
 	if sc == nil {
 		s.sout = s.sout[:0]
-		return
+		return nil
 	}
-	s.flushServerTo(sc)
-}
-
-func (s *session) flushServerTo(sc *pool.Conn) {
-	if len(s.sout) == 0 {
-		return
+	if s.link.state == linkAttached {
+		if err := s.link.to(linkRelaying); err != nil {
+			return err
+		}
 	}
 	_, err := sc.Net.Write(s.sout)
 	if cap(s.sout) > 64<<10 {
@@ -384,50 +420,130 @@ func (s *session) flushServerTo(sc *pool.Conn) {
 	} else {
 		s.sout = s.sout[:0]
 	}
+	if s.askPending {
+		s.asked = s.q.server
+		s.askPending = false
+	}
 	if err != nil {
-		s.serverWriteFailed(sc)
+		return s.serverLost(err)
+	}
+	return nil
+}
+
+// flushBatch sends what the client asked for, relays the server's replies
+// to everything the server was asked to answer, and writes the client's
+// replies.
+func (s *session) flushBatch() error {
+	if err := s.writeServer(); err != nil {
+		return err
+	}
+	if s.asked > 0 && !s.copyIn {
+		if err := s.pump(); err != nil {
+			return err
+		}
+	}
+	return s.flushClient()
+}
+
+// flushClient writes the buffered replies to the client.
+func (s *session) flushClient() error {
+	if len(s.cout) == 0 {
+		return nil
+	}
+	err := s.out.write(s.cout)
+	if cap(s.cout) > 64<<10 {
+		s.cout = nil
+	} else {
+		s.cout = s.cout[:0]
+	}
+	return err
+}
+
+// settle brings the server conversation up to the message being handled:
+// every earlier message is answered and its reply queued for the client, so
+// that a reply lockpool makes itself can follow in order, and an error
+// earlier in the batch is known (then s.skipping is set).
+func (s *session) settle() error {
+	if s.link.sc == nil || s.q.server == 0 && len(s.sout) == 0 {
+		return nil
+	}
+	if s.q.server > 0 && !s.askPending {
+		s.sout = append(s.sout, 'H', 0, 0, 0, 4) // Flush: the server sends what it has
+		s.askPending = true
+	}
+	if err := s.writeServer(); err != nil {
+		return err
+	}
+	if s.asked > 0 && !s.copyIn {
+		return s.pump()
+	}
+	return nil
+}
+
+// pushLocal queues lockpool's own reply; it is written as soon as every
+// reply before it was.
+func (s *session) pushLocal(b []byte, undo func()) {
+	s.q.push(reply{kind: replyLocal, local: b, undo: undo})
+	s.emitFront()
+}
+
+// emitFront moves lockpool's own replies that reached the front of the
+// queue to the client's buffer.
+func (s *session) emitFront() {
+	for {
+		r := s.q.front()
+		if r == nil || r.kind != replyLocal {
+			return
+		}
+		s.cout = append(s.cout, r.local...)
+		s.q.pop()
 	}
 }
 
-// serverWriteFailed closes the server socket so the relay notices and
-// reports the loss to the client in order.
-func (s *session) serverWriteFailed(sc *pool.Conn) {
-	sc.Broken = true
-	_ = sc.Net.Close()
+// status is the transaction status the client sees now.
+func (s *session) status() byte {
+	if s.localTx != 0 {
+		return s.localTx
+	}
+	if s.link.sc == nil {
+		return 'I'
+	}
+	return s.txStatus
 }
 
-// attachFailed reports a failure to get a server connection. For a pool
-// timeout the client stays connected and may retry.
-func (s *session) attachFailed(err error, simple bool) error {
-	// A pin slot taken for this statement must not outlive it: nothing will
-	// run, so nothing can be held.
-	s.mu.Lock()
-	if s.sc == nil && s.slotHeld && !s.pinned {
-		s.slotHeld = false
-		s.needProbe = false
-		s.pinReason = ""
-		s.srv.pool.ReleasePin(s.app.cfg.Name)
+// attachFailed reports a failure to get a server connection. The client
+// stays connected and may retry; a statement that opens a transaction block
+// leaves it in a failed transaction, so that its next statements never run
+// outside the block it asked for.
+func (s *session) attachFailed(err error, simple, begins bool) error {
+	if s.link.sc == nil && s.slot != nil && !s.pinned {
+		// A pin slot taken for this statement must not outlive it: nothing
+		// ran, so nothing can be held.
+		s.slot.Release()
+		s.slot, s.needProbe, s.pinReason = nil, false, ""
 	}
-	s.mu.Unlock()
 	var pe *pgError
 	switch {
 	case errors.As(err, &pe):
+	case errors.Is(err, errSessionEnd):
+		return err
 	case errors.Is(err, pool.ErrWaitTimeout):
 		pe = toPG(policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String()))
 	case errors.Is(err, context.Canceled):
-		pe = errCanceled
+		pe = errCanceled()
 	case errors.Is(err, pool.ErrClosed):
-		pe = errShutdown
+		pe = errShutdown()
 	default:
 		pe = serverLoginError(err, s.database, s.app).(*pgError)
 	}
 	if pe.Severity == "FATAL" {
 		return pe
 	}
+	if begins {
+		s.localTx = 'E'
+	}
 	return s.localError(pe, simple)
 }
-
-var errCanceled = &pgError{Code: "57014", Message: "lockpool: canceling statement due to user request", Hint: "A cancel request ended the wait."}
 
 func toPG(e *policy.Error) *pgError {
 	return &pgError{Code: e.Code, Message: e.Message, Hint: e.Hint}
@@ -438,34 +554,33 @@ func toPG(e *policy.Error) *pgError {
 func (s *session) localError(pe *pgError, simple bool) error {
 	buf := appendError(nil, 'E', pe)
 	if simple {
-		buf = appendReadyForQuery(buf, 'I')
+		buf = appendReadyForQuery(buf, s.status())
 	} else {
 		s.skipping = true
 	}
-	return s.writeLocal(buf)
+	s.pushLocal(buf, nil)
+	return nil
 }
 
 // fail answers a statement with an error, keeping the client's and the
 // server's transaction states in agreement: with no server attached the
-// error is local; otherwise the server raises it.
+// error is lockpool's own; otherwise the server raises it, so that the
+// server's transaction fails with it.
 func (s *session) fail(pe *pgError, simple bool) error {
-	s.mu.Lock()
-	attached := s.sc != nil
-	s.mu.Unlock()
-	if !attached {
+	if s.link.sc == nil {
 		return s.localError(pe, simple)
 	}
 	sql := raiseSQL(pe)
 	if simple {
-		if _, err := s.reserve(fwdBoundary); err != nil {
-			return s.attachFailed(err, true)
+		if err := s.toServer(replyQuery, opPass); err != nil {
+			return s.attachFailed(err, true, false)
 		}
 		s.sout = appendQuery(s.sout, sql)
 		return nil
 	}
-	if _, err := s.reserve(fwdUnsynced, action{kind: '1', op: opSwallow}, action{kind: '2', op: opSwallow}); err != nil {
-		return s.attachFailed(err, false)
-	}
+	s.expect(reply{kind: replyParse, op: opSwallow})
+	s.expect(reply{kind: replyBind, op: opSwallow})
+	s.expect(reply{kind: replyExecute, op: opPass})
 	s.sout = appendParse(s.sout, "", sql, nil)
 	s.sout = appendBindExecute(s.sout, "")
 	s.unnamedHere = false
@@ -493,37 +608,6 @@ func raiseSQL(pe *pgError) string {
 	return b.String()
 }
 
-// writeLocal writes lockpool's own answer. The caller made sure the server
-// owes the client nothing.
-func (s *session) writeLocal(buf []byte) error {
-	// Wait (without wmu: the relay needs it to finish) until the server owes
-	// the client nothing, then write.
-	s.mu.Lock()
-	for s.sc != nil && (s.boundaries > 0 || s.probing) {
-		s.cond.Wait()
-	}
-	s.mu.Unlock()
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.mu.Lock()
-	if len(s.pendingPS) > 0 {
-		buf = append(s.pendingPS, buf...)
-		s.pendingPS = nil
-	}
-	s.mu.Unlock()
-	_, err := s.conn.Write(buf)
-	return err
-}
-
-// fatal sends a FATAL error; the caller then returns and the session ends.
-func (s *session) fatal(pe *pgError) {
-	pe.Severity = "FATAL"
-	s.wmu.Lock()
-	_ = s.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = s.conn.Write(appendError(nil, 'E', pe))
-	s.wmu.Unlock()
-}
-
 // analyze runs the prefilter and, on a hit, the lexer. sql aliases the
 // read buffer: Analyze's results that are kept are copied by the caller.
 func analyze(body []byte) rewrite.Findings {
@@ -549,6 +633,7 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		SessionPool:    s.app.sessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
+		Pinned:         s.pinned,
 	}
 	for _, fn := range f.Funcs {
 		if fn.SessionAcquire() {
@@ -572,9 +657,6 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 			in.StateEnd = true
 		}
 	}
-	s.mu.Lock()
-	in.Pinned = s.pinned
-	s.mu.Unlock()
 	return policy.Decide(in)
 }
 
@@ -608,10 +690,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 		}
 		return false, s.fail(toPG(d.Err), simple)
 	case policy.PinFirst:
-		s.mu.Lock()
-		held := s.slotHeld
-		s.mu.Unlock()
-		if !held {
+		if s.slot == nil {
 			ctx := s.waitContext()
 			err := s.srv.pool.AcquirePin(ctx, s.app.cfg.Name)
 			s.endWait()
@@ -621,69 +700,63 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				case errors.Is(err, pool.ErrPinTimeout):
 					pe = toPG(policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String()))
 				case errors.Is(err, context.Canceled):
-					pe = errCanceled
+					pe = errCanceled()
 				default:
 					pe = &pgError{Code: "53300", Message: "lockpool: cannot take a pin slot: " + err.Error(), Hint: "Retry later."}
 				}
 				return false, s.fail(pe, simple)
 			}
-			s.mu.Lock()
-			s.slotHeld = true
-			s.mu.Unlock()
+			s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
 		}
-		s.mu.Lock()
 		s.needProbe = true
 		if s.pinReason == "" {
 			s.pinReason = d.Reason
 		}
-		s.mu.Unlock()
 	case policy.Probe:
-		s.mu.Lock()
 		s.needProbe = true
-		s.mu.Unlock()
 	}
 	return true, nil
 }
 
 // waitContext returns the context for a wait in lockpool (a connection, a
-// pin slot, a lease) that a CancelRequest ends; call endWait after. The
-// context is reused until a cancel request consumes it.
+// pin slot, a lease) that a CancelRequest ends; call endWait after.
 func (s *session) waitContext() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.waitCtx == nil {
-		s.waitCtx, s.waitCancelFn = context.WithCancel(s.srv.baseCtx)
-	}
-	s.waiting = true
-	return s.waitCtx
+	ctx, cancel := context.WithCancel(s.srv.baseCtx)
+	s.link.mu.Lock()
+	s.link.waitStop = cancel
+	s.link.mu.Unlock()
+	return ctx
 }
 
 func (s *session) endWait() {
-	s.mu.Lock()
-	s.waiting = false
-	s.mu.Unlock()
+	s.link.mu.Lock()
+	if s.link.waitStop != nil {
+		s.link.waitStop()
+		s.link.waitStop = nil
+	}
+	s.link.mu.Unlock()
 }
 
-// cancelRunning handles a CancelRequest for this session. A wait in
-// lockpool (for a connection, a pin slot, a lease) ends with 57014. A
-// statement running on the server is cancelled there, while mu is held:
-// the connection cannot be given back (and reach another client) before
-// PostgreSQL has taken the cancel, and a backend that finished meanwhile
-// ignores a cancel that arrives while it is idle.
+// cancelRunning handles a CancelRequest for this session (on the cancel
+// connection's goroutine). A wait in lockpool (for a connection, a pin slot,
+// a lease) ends with 57014. A statement of the client's running on the
+// server is cancelled there, while the link's lock is held: the connection
+// cannot be given back (and reach another client) before PostgreSQL has
+// taken the cancel, and a backend that finished meanwhile ignores a cancel
+// that arrives while it is idle.
 func (s *session) cancelRunning(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.waiting && s.waitCancelFn != nil {
-		s.waitCancelFn()
-		s.waitCtx, s.waitCancelFn = nil, nil
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	if s.link.waitStop != nil {
+		s.link.waitStop()
+		s.link.waitStop = nil
 	}
-	sc := s.sc
-	if sc == nil || s.boundaries == 0 && !s.unsynced {
+	if s.link.state != linkRelaying || s.link.sc == nil {
 		return // nothing of the client's runs on the server
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.srv.pool.Cancel(cctx, sc); err != nil {
+	if err := s.srv.pool.Cancel(cctx, s.link.sc); err != nil {
 		s.srv.log.Debug("cancel failed", "err", err)
 	}
 }
@@ -700,13 +773,29 @@ func (s *session) onQuery(n int) error {
 	}
 	f := analyze(body[:len(body)-1])
 	if !f.Hit() {
+		if changesSchema(body[:len(body)-1]) {
+			s.srv.stmts.retire()
+		}
+		if err := s.toServer(replyQuery, opPass); err != nil {
+			begins := txCommandOf(body[:len(body)-1]) == txBegin
+			s.consume(n)
+			return s.attachFailed(err, true, begins)
+		}
+		// body aliases the read buffer; nothing read the client since.
+		s.sout = appendFrame(s.sout, 'Q', body)
 		s.consume(n)
-		return s.forwardQueryBody(body)
+		return nil
 	}
 	sql := string(body[:len(body)-1])
 	s.consume(n)
 	if f.Lease != nil || f.LeaseMention {
 		return s.onLeaseQuery(&f, sql)
+	}
+	if changesSchema([]byte(sql)) {
+		s.srv.stmts.retire()
+	}
+	if deallocates(&f) && s.deallocate(&f, true) {
+		return nil
 	}
 	d := s.decide(&f)
 	ok, err := s.apply(d, &f, true)
@@ -717,20 +806,10 @@ func (s *session) onQuery(n int) error {
 		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
 	}
 	s.trackSets(&f)
-	if _, err := s.reserve(fwdBoundary); err != nil {
-		return s.attachFailed(err, true)
+	if err := s.toServer(replyQuery, opPass); err != nil {
+		return s.attachFailed(err, true, txCommandOf([]byte(sql)) == txBegin)
 	}
 	s.sout = appendQuery(s.sout, sql)
-	return nil
-}
-
-// forwardQueryBody forwards a Query unchanged; body may alias the read
-// buffer (nothing reads the client before it is appended).
-func (s *session) forwardQueryBody(body []byte) error {
-	if _, err := s.reserve(fwdBoundary); err != nil {
-		return s.attachFailed(err, true)
-	}
-	s.sout = appendFrame(s.sout, 'Q', body)
 	return nil
 }
 
@@ -740,109 +819,77 @@ func (s *session) onSync(n int) error {
 		return err
 	}
 	s.skipping = false
-	s.mu.Lock()
-	attached := s.sc != nil
-	if !attached && s.slotHeld && !s.pinned {
+	if s.link.sc == nil && s.slot != nil && !s.pinned {
 		// Nothing ran on a server: nothing can be held.
-		s.slotHeld, s.needProbe, s.pinReason = false, false, ""
-		s.srv.pool.ReleasePin(s.app.cfg.Name)
+		s.slot.Release()
+		s.slot, s.needProbe, s.pinReason = nil, false, ""
 	}
-	s.mu.Unlock()
-	lost := s.lostUnsynced.Swap(false)
-	if !attached {
-		var buf []byte
-		if lost {
-			buf = appendError(buf, 'E', &pgError{Code: "08006", Message: "lockpool: the server connection was lost; the current transaction is gone", Hint: "Retry the transaction."})
-		}
-		return s.writeLocal(appendReadyForQuery(buf, 'I'))
+	if s.link.sc == nil {
+		s.unsynced = false
+		s.pushLocal(appendReadyForQuery(nil, s.status()), nil)
+		return nil
 	}
-	if _, err := s.reserve(fwdBoundary); err != nil {
-		return s.attachFailed(err, false)
+	if err := s.toServer(replySync, opPass); err != nil {
+		return s.attachFailed(err, false, false)
 	}
 	s.sout = append(s.sout, 'S', 0, 0, 0, 4)
 	return nil
 }
 
-// onFlush handles Flush.
+// onFlush handles Flush: the server sends what it has, and so does lockpool.
 func (s *session) onFlush(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	sc := s.sc
-	s.mu.Unlock()
-	if sc == nil {
-		return nil
+	if s.link.sc != nil {
+		s.sout = append(s.sout, 'H', 0, 0, 0, 4)
+		s.askPending = true
 	}
-	s.sout = append(s.sout, 'H', 0, 0, 0, 4)
-	s.flushServerTo(sc)
-	s.startRelay(false)
 	return nil
 }
 
-// drain is called at shutdown: an idle client is told and closed now, a
-// client inside a transaction when its transaction ends.
+// drain is called at shutdown (from another goroutine): an idle client is
+// told and closed now, a client inside a transaction at its end.
 func (s *session) drain() {
-	s.mu.Lock()
-	s.draining = true
-	busy := s.sc != nil && (s.txStatus != 'I' || s.boundaries > 0 || s.unsynced || s.probing)
-	s.mu.Unlock()
-	if !busy {
-		s.kill(errShutdown)
+	s.link.mu.Lock()
+	s.link.draining = true
+	idle := s.link.state == linkDetached || s.link.state == linkWatched
+	s.link.mu.Unlock()
+	if idle {
+		s.kill(errShutdown())
 	}
 }
 
-// kill sends a FATAL error and closes the client connection; the session
-// goroutine then ends and cleans up.
+// kill sends a FATAL error and closes the client connection (from another
+// goroutine); the session goroutine then ends and cleans up.
 func (s *session) kill(pe *pgError) {
-	_ = s.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	s.wmu.Lock()
-	s.mu.Lock()
-	closed := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if !closed {
-		_, _ = s.conn.Write(appendError(nil, 'E', pe))
-	}
-	s.wmu.Unlock()
-	_ = s.conn.Close()
+	s.out.end(nil, pe)
 }
 
 // cleanup runs when the session goroutine ends, however it ends.
 func (s *session) cleanup() {
 	s.srv.unregister(s)
-	s.mu.Lock()
-	s.stopping = true
-	sc, done := s.sc, s.relayDone
-	s.mu.Unlock()
-	if sc != nil && done != nil {
-		// Wake the relay out of its read. A probe may reset the deadline
-		// meanwhile, so keep nudging until the relay is gone.
-		for stopped := false; !stopped; {
-			_ = sc.Net.SetReadDeadline(time.Now())
-			select {
-			case <-done:
-				stopped = true
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+	if s.watchDone != nil {
+		_ = s.stopWatch()
 	}
-	s.mu.Lock()
-	sc = s.sc
-	s.sc = nil
-	clean := s.relayClean && s.boundaries == 0 && !s.unsynced && s.txStatus == 'I'
-	busy := s.boundaries > 0 || s.unsynced
-	pinned, slot := s.pinned, s.slotHeld
-	reason := s.pinReason
-	s.pinned, s.slotHeld = false, false
-	st := s.st
-	s.mu.Unlock()
+	s.endWait()
+	sc := s.link.sc
+	lost := s.link.state == linkLost
+	clean := !lost && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal && !s.watchLost
+	busy := s.q.server > 0 || s.unsynced
+	_ = s.link.to(linkClosing)
+	s.link.detach()
 	if sc != nil {
-		_ = sc.Net.SetReadDeadline(time.Time{})
 		switch {
-		case clean && s.resetServer(sc, st):
+		case clean && (s.pinned || s.app.sessionPool || s.slot != nil):
+			if s.resetServer(sc) {
+				s.srv.pool.Release(sc)
+			} else {
+				s.srv.pool.Destroy(sc)
+			}
+		case clean:
 			s.srv.pool.Release(sc)
-		case !clean && busy:
+		case busy && !lost:
 			// A statement may still run (a lock wait, say): cancel it so
 			// the backend notices its client is gone and ends now, not
 			// when the statement would have finished.
@@ -854,12 +901,9 @@ func (s *session) cleanup() {
 			s.srv.pool.Destroy(sc)
 		}
 	}
-	if pinned {
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, reason).Dec()
-	}
-	if slot {
-		s.srv.pool.ReleasePin(s.app.cfg.Name)
-	}
+	s.setPinned(false, "")
+	s.slot.Release()
+	s.slot = nil
 	s.closeLeases()
-	_ = s.conn.Close()
+	s.out.end(nil, nil)
 }

@@ -299,7 +299,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 		return nil, serverLoginError(err, database, as)
 	}
 	if !s.register(ss) {
-		return nil, errShutdown
+		return nil, errShutdown()
 	}
 	buf := make([]byte, 0, 512)
 	buf = append(buf, 'R', 0, 0, 0, 8, 0, 0, 0, 0) // AuthenticationOk

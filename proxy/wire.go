@@ -100,6 +100,28 @@ type pgError struct {
 
 func (e *pgError) Error() string { return e.Code + ": " + e.Message }
 
+// fatal returns a copy of e with severity FATAL.
+func (e *pgError) fatal() *pgError {
+	c := *e
+	c.Severity = "FATAL"
+	return &c
+}
+
+// errShutdown is the FATAL a client gets when lockpool shuts down.
+func errShutdown() *pgError {
+	return &pgError{Severity: "FATAL", Code: "57P01", Message: "lockpool: terminating connection because lockpool is shutting down", Hint: "Reconnect; another lockpool instance or this one after its restart will serve you."}
+}
+
+// errCanceled ends a wait in lockpool that a cancel request stopped.
+func errCanceled() *pgError {
+	return &pgError{Code: "57014", Message: "lockpool: canceling statement due to user request", Hint: "A cancel request ended the wait."}
+}
+
+// errAborted answers a statement in a failed transaction block.
+func errAborted() *pgError {
+	return &pgError{Code: "25P02", Message: "current transaction is aborted, commands ignored until end of transaction block", Hint: "Roll back the transaction."}
+}
+
 // appendError appends an ErrorResponse (or NoticeResponse when typ is 'N').
 func appendError(dst []byte, typ byte, e *pgError) []byte {
 	sev := e.Severity
@@ -126,6 +148,14 @@ func appendError(dst []byte, typ byte, e *pgError) []byte {
 	dst = append(dst, 0)
 	return finishMsg(dst, start)
 }
+
+// Replies lockpool sends as they are; never modified.
+var (
+	msgParseComplete = []byte{'1', 0, 0, 0, 4}
+	msgBindComplete  = []byte{'2', 0, 0, 0, 4}
+	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
+	msgNoData        = []byte{'n', 0, 0, 0, 4}
+)
 
 func appendReadyForQuery(dst []byte, status byte) []byte {
 	return append(dst, 'Z', 0, 0, 0, 5, status)

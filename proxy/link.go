@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockpool/lockpool/pool"
+)
+
+// linkState is the life cycle of a session's server link.
+type linkState uint8
+
+const (
+	linkDetached linkState = iota // no server connection
+	linkAttached                  // a server connection, nothing of the client's running on it
+	linkRelaying                  // the client's messages are on the server; replies are owed
+	linkProbing                   // lockpool's own statements run (lock probe, setting read-back)
+	linkWatched                   // the client is idle; a watcher goroutine reads the server
+	linkLost                      // the server connection died
+	linkClosing                   // the session is ending
+)
+
+var linkStateNames = [...]string{"detached", "attached", "relaying", "probing", "watched", "lost", "closing"}
+
+func (st linkState) String() string {
+	if int(st) < len(linkStateNames) {
+		return linkStateNames[st]
+	}
+	return fmt.Sprintf("linkState(%d)", uint8(st))
+}
+
+// linkMoves lists the legal transitions: linkMoves[from] has bit to set.
+var linkMoves = [...]uint8{
+	linkDetached: 1<<linkAttached | 1<<linkClosing,
+	linkAttached: 1<<linkRelaying | 1<<linkProbing | 1<<linkWatched | 1<<linkDetached | 1<<linkLost | 1<<linkClosing,
+	linkRelaying: 1<<linkAttached | 1<<linkProbing | 1<<linkLost | 1<<linkClosing,
+	linkProbing:  1<<linkAttached | 1<<linkLost | 1<<linkClosing,
+	linkWatched:  1<<linkAttached | 1<<linkLost | 1<<linkClosing,
+	linkLost:     1<<linkDetached | 1<<linkClosing,
+	linkClosing:  1 << linkClosing,
+}
+
+// serverLink is a session's hold on a server connection. The session
+// goroutine owns it and is the only writer; the fields other goroutines
+// read (state, sc, the pin) change under mu, so a cancel request or the
+// admin server sees a consistent view. While the link is watched, the
+// watcher goroutine reads the connection and the session goroutine does not
+// touch it until stopWatch returns.
+type serverLink struct {
+	mu    sync.Mutex
+	state linkState
+	sc    *pool.Conn
+	st    *serverState
+
+	pinned      bool
+	pinReason   string
+	pinnedSince time.Time
+
+	draining bool               // shutdown: end the session at its next idle point
+	waitStop context.CancelFunc // ends a wait in lockpool (cancel request)
+}
+
+// to moves the link to next and returns an error for a move the life
+// cycle does not allow (a bug: the session ends with it).
+func (l *serverLink) to(next linkState) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.toLocked(next)
+}
+
+func (l *serverLink) toLocked(next linkState) error {
+	if l.state == next {
+		return nil
+	}
+	if linkMoves[l.state]&(1<<next) == 0 {
+		return fmt.Errorf("lockpool: internal error: server link cannot go from %s to %s", l.state, next)
+	}
+	l.state = next
+	return nil
+}
+
+// attach records a newly acquired connection. It refuses when the server
+// is shutting down, atomically with drain's check, so a drained session
+// never starts new work.
+func (l *serverLink) attach(sc *pool.Conn, st *serverState) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.draining {
+		return errShutdown()
+	}
+	if err := l.toLocked(linkAttached); err != nil {
+		return err
+	}
+	l.sc, l.st = sc, st
+	return nil
+}
+
+// detach forgets the connection (given back, destroyed or lost).
+func (l *serverLink) detach() *pool.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sc := l.sc
+	if l.state != linkClosing {
+		l.state = linkDetached
+	}
+	l.sc, l.st = nil, nil
+	return sc
+}
+
+// setPin records the pin state shown by the admin server.
+func (l *serverLink) setPin(pinned bool, reason string) {
+	l.mu.Lock()
+	l.pinned, l.pinReason = pinned, reason
+	if pinned {
+		l.pinnedSince = time.Now()
+	} else {
+		l.pinnedSince = time.Time{}
+	}
+	l.mu.Unlock()
+}
+
+// linkView is a snapshot of a link for the admin server.
+type linkView struct {
+	attached    bool
+	backendPID  uint32
+	pinReason   string
+	pinnedSince time.Time
+}
+
+func (l *serverLink) view() linkView {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sc == nil {
+		return linkView{}
+	}
+	return linkView{attached: true, backendPID: l.sc.PID, pinReason: l.pinReason, pinnedSince: l.pinnedSince}
+}
+
+// pinSlot is a pin slot taken from the pool; Release is idempotent.
+type pinSlot struct {
+	pool     *pool.Manager
+	app      string
+	released atomic.Bool
+}
+
+// Release gives the slot back (once, however often it is called).
+func (p *pinSlot) Release() {
+	if p != nil && p.released.CompareAndSwap(false, true) {
+		p.pool.ReleasePin(p.app)
+	}
+}
+
+// clientOut is the one road to the client's socket. The session goroutine
+// writes replies through it; the watcher (notifications while idle) and
+// shutdown (57P01) write through it too, so writes never interleave. Once a
+// FATAL went out nothing else does.
+type clientOut struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	closed bool
+}
+
+// write writes b. A failed write closes the client.
+func (c *clientOut) write(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return net.ErrClosed
+	}
+	if _, err := c.conn.Write(b); err != nil {
+		c.closed = true
+		_ = c.conn.Close()
+		return err
+	}
+	return nil
+}
+
+// copyFrom streams n bytes from r to the client after head (a large
+// message relayed without holding it in memory).
+func (c *clientOut) copyFrom(head []byte, r io.Reader, n int) (clientErr, srcErr error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return net.ErrClosed, nil
+	}
+	if _, err := c.conn.Write(head); err != nil {
+		c.closed = true
+		_ = c.conn.Close()
+		return err, nil
+	}
+	w := &errWriter{w: c.conn}
+	_, err := io.CopyN(w, r, int64(n))
+	if w.err != nil {
+		c.closed = true
+		_ = c.conn.Close()
+		return w.err, nil
+	}
+	return nil, err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// end writes pending, then pe (when not nil: the FATAL that ends the
+// session), and closes the client. Nothing is written after it.
+func (c *clientOut) end(pending []byte, pe *pgError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	if pe != nil {
+		pending = appendError(pending, 'E', pe.fatal())
+	}
+	if len(pending) > 0 {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.conn.Write(pending)
+	}
+	_ = c.conn.Close()
+}

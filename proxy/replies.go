@@ -1,0 +1,100 @@
+package proxy
+
+// replyKind says which server message completes the reply to one client
+// message (or that lockpool answers it itself).
+type replyKind uint8
+
+const (
+	replyQuery          replyKind = iota + 1 // Query or FunctionCall: everything up to ReadyForQuery
+	replySync                                // Sync: ReadyForQuery
+	replyParse                               // ParseComplete
+	replyBind                                // BindComplete
+	replyClose                               // CloseComplete
+	replyDescribeStmt                        // ParameterDescription, then RowDescription or NoData
+	replyDescribePortal                      // RowDescription or NoData
+	replyExecute                             // CommandComplete, EmptyQueryResponse or PortalSuspended
+	replyLocal                               // lockpool's own reply, written when it reaches the front
+)
+
+// boundary reports whether the reply ends with ReadyForQuery.
+func (k replyKind) boundary() bool { return k == replyQuery || k == replySync }
+
+// replyOp says what lockpool does with the message that completes a reply.
+type replyOp uint8
+
+const (
+	opPass    replyOp = iota // relay it
+	opSwallow                // lockpool's own message: drop its reply
+	opAsParse                // a no-op Close stands in for a Parse: send ParseComplete
+)
+
+// reply is one entry of the queue of replies a client is owed.
+type reply struct {
+	kind  replyKind
+	op    replyOp
+	local []byte // replyLocal: the bytes to write (never modified after push)
+	added string // server statement this message prepares (forgotten when it fails)
+	stmt  *stmt  // client statement this Parse registers (forgotten when it fails)
+	srv   string // server statement a Bind or Describe uses (retired when PostgreSQL reports it stale)
+	undo  func() // replyLocal: reverts the message's effect when it is skipped after an error
+}
+
+// replyQueue holds, in the client's order, every reply the client is owed:
+// the server's and lockpool's own alike. The session goroutine owns it.
+// Replies lockpool makes itself wait in the queue until every reply before
+// them was written, so the client sees one ordered stream.
+type replyQueue struct {
+	items  []reply
+	head   int
+	server int // entries the server answers (not replyLocal)
+	buf    [8]reply
+}
+
+func (q *replyQueue) push(r reply) {
+	if q.items == nil {
+		q.items = q.buf[:0]
+	}
+	q.items = append(q.items, r)
+	if r.kind != replyLocal {
+		q.server++
+	}
+}
+
+// len is the number of entries.
+func (q *replyQueue) len() int { return len(q.items) - q.head }
+
+// front returns the first entry, or nil.
+func (q *replyQueue) front() *reply {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return &q.items[q.head]
+}
+
+// pop removes the first entry.
+func (q *replyQueue) pop() reply {
+	r := q.items[q.head]
+	q.items[q.head] = reply{}
+	q.head++
+	if r.kind != replyLocal {
+		q.server--
+	}
+	if q.head == len(q.items) {
+		q.head = 0
+		if cap(q.items) > 64 {
+			q.items = q.buf[:0]
+		} else {
+			q.items = q.items[:0]
+		}
+	}
+	return r
+}
+
+// kinds lists the queued kinds (for error messages).
+func (q *replyQueue) kinds() []replyKind {
+	var k []replyKind
+	for i := q.head; i < len(q.items); i++ {
+		k = append(k, q.items[i].kind)
+	}
+	return k
+}

@@ -1,0 +1,236 @@
+package proxy
+
+import "github.com/lockpool/lockpool/rewrite"
+
+// txCommand is what the first statement of a query does to the transaction
+// block, as far as lockpool needs to know.
+type txCommand uint8
+
+const (
+	txNone   txCommand = iota
+	txBegin            // BEGIN, START TRANSACTION
+	txExit             // COMMIT, END, ROLLBACK, ABORT (not ROLLBACK TO / PREPARE TRANSACTION)
+	txCommit           // COMMIT or END: the exit a client means to commit
+)
+
+// txCommandOf classifies the first statement of sql by its leading words.
+func txCommandOf(sql []byte) txCommand {
+	w, rest := nextWord(sql)
+	switch {
+	case wordIs(w, "begin"):
+		return txBegin
+	case wordIs(w, "start"):
+		if w2, _ := nextWord(rest); wordIs(w2, "transaction") {
+			return txBegin
+		}
+	case wordIs(w, "commit"), wordIs(w, "end"):
+		if w2, _ := nextWord(rest); wordIs(w2, "prepared") {
+			return txNone
+		}
+		return txCommit
+	case wordIs(w, "rollback"), wordIs(w, "abort"):
+		w2, _ := nextWord(rest)
+		if wordIs(w2, "to") || wordIs(w2, "prepared") {
+			return txNone
+		}
+		if wordIs(w2, "work") || wordIs(w2, "transaction") {
+			if w3, _ := nextWord(rest[len(w2):]); wordIs(w3, "to") {
+				return txNone
+			}
+		}
+		return txExit
+	}
+	return txNone
+}
+
+// changesSchema reports whether some statement of sql starts with a word
+// that may change what a prepared statement returns (ALTER, CREATE, DROP,
+// …). It looks at the first word and the word after each semicolon; a
+// semicolon inside a string can only make it say yes wrongly, which costs a
+// re-preparation and nothing else.
+func changesSchema(sql []byte) bool {
+	for {
+		w, _ := nextWord(sql)
+		if wordIs(w, "alter") || wordIs(w, "create") || wordIs(w, "drop") || wordIs(w, "comment") ||
+			wordIs(w, "import") || wordIs(w, "reindex") || wordIs(w, "cluster") || wordIs(w, "truncate") {
+			return true
+		}
+		i := indexByte(sql, ';')
+		if i < 0 {
+			return false
+		}
+		sql = sql[i+1:]
+	}
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// nextWord skips blanks, comments and opening parentheses and returns the
+// next run of letters and what follows it.
+func nextWord(b []byte) (word, rest []byte) {
+	i := 0
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '(':
+			i++
+		case c == '-' && i+1 < len(b) && b[i+1] == '-':
+			for i < len(b) && b[i] != '\n' {
+				i++
+			}
+		case c == '/' && i+1 < len(b) && b[i+1] == '*':
+			depth := 0
+			for i+1 < len(b) {
+				if b[i] == '/' && b[i+1] == '*' {
+					depth++
+					i += 2
+				} else if b[i] == '*' && b[i+1] == '/' {
+					depth--
+					i += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					i++
+				}
+			}
+			if depth > 0 {
+				return nil, nil
+			}
+		default:
+			j := i
+			for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_') {
+				j++
+			}
+			return b[i:j], b[j:]
+		}
+	}
+	return nil, nil
+}
+
+// wordIs compares an ASCII word with a lower-case keyword, ignoring case.
+func wordIs(w []byte, kw string) bool {
+	if len(w) != len(kw) {
+		return false
+	}
+	for i := range w {
+		if w[i]|0x20 != kw[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// inLocalFailedTx answers a client whose transaction block failed before
+// it reached a server (localTx 'E'), as PostgreSQL answers in a failed
+// transaction: every statement but one that ends the block gets 25P02;
+// ROLLBACK ends it, and so does COMMIT, which then reports ROLLBACK.
+func (s *session) inLocalFailedTx(typ byte, n int) error {
+	switch typ {
+	case 'X':
+		return errSessionEnd
+	case 'Q':
+		if n <= s.r.Size() {
+			body, err := s.r.Peek(n)
+			if err != nil {
+				return err
+			}
+			if len(body) == 0 || body[len(body)-1] != 0 {
+				_ = s.discard(n)
+				return protoErrorf("invalid Query message")
+			}
+			sql := body[:len(body)-1]
+			if c := txCommandOf(sql); c == txExit || c == txCommit {
+				if rewrite.CountStatements(string(sql)) > 1 {
+					// ROLLBACK; and more: the server runs it all.
+					s.localTx = 0
+					return s.onQuery(n)
+				}
+				_ = s.discard(n)
+				s.localTx = 0
+				s.pushLocal(appendReadyForQuery(appendCommandComplete(nil, "ROLLBACK"), 'I'), nil)
+				return nil
+			}
+		}
+		if err := s.discard(n); err != nil {
+			return err
+		}
+		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		return nil
+	case 'P':
+		body, err := s.body(n)
+		if err != nil {
+			return err
+		}
+		_, rest, ok := cstring(body)
+		query, _, ok2 := cstring(rest)
+		if !ok || !ok2 {
+			s.consume(n)
+			return protoErrorf("invalid Parse message")
+		}
+		c := txCommandOf(query)
+		s.consume(n)
+		if c == txExit || c == txCommit {
+			s.localExit = true
+			s.pushLocal(msgParseComplete, nil)
+			return nil
+		}
+	case 'B', 'D', 'E':
+		if err := s.discard(n); err != nil {
+			return err
+		}
+		if s.localExit {
+			switch typ {
+			case 'B':
+				s.pushLocal(msgBindComplete, nil)
+			case 'D':
+				s.pushLocal(msgNoData, nil)
+			case 'E':
+				s.localExit = false
+				s.localTx = 0
+				s.pushLocal(appendCommandComplete(nil, "ROLLBACK"), nil)
+			}
+			return nil
+		}
+	case 'C':
+		if err := s.discard(n); err != nil {
+			return err
+		}
+		s.pushLocal(msgCloseComplete, nil)
+		return nil
+	case 'S':
+		if err := s.discard(n); err != nil {
+			return err
+		}
+		s.skipping = false
+		s.pushLocal(appendReadyForQuery(nil, s.status()), nil)
+		return nil
+	case 'H', 'd', 'c', 'f':
+		return s.discard(n)
+	case 'F':
+		if err := s.discard(n); err != nil {
+			return err
+		}
+		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		return nil
+	default:
+		return protoErrorf("invalid frontend message type %d", typ)
+	}
+	// An extended-protocol message that does not end the block.
+	s.skipping = true
+	s.pushLocal(appendError(nil, 'E', errAborted()), nil)
+	return nil
+}
+
+// appendCommandComplete appends a CommandComplete with tag.
+func appendCommandComplete(dst []byte, tag string) []byte {
+	dst, start := appendHeader(dst, 'C')
+	dst = appendCString(dst, tag)
+	return finishMsg(dst, start)
+}
