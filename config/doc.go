@@ -2,15 +2,23 @@
 // defaults, and the validation. It is the only package that reads YAML;
 // every other package receives the plain structs of types.go.
 //
+// Every key is declared once, in the table keys (keys.go): its path, kind,
+// default, one-line meaning, value check and the struct field it fills. The
+// parser reads sections and keys by walking that table, applies the
+// defaults from it, and [KeyTable] renders README.md's key table from it
+// (`go generate ./config` rewrites README.md between the <!-- keys:begin -->
+// and <!-- keys:end --> lines; a test fails when they differ). Rules that
+// involve several keys are in validate.go.
+//
 // Entry points: [Load] reads a file, expanding ${VAR} from the process
 // environment; [Parse] does the same from bytes with an injected getenv, for
 // tests and for config reloads.
 //
 // # Format
 //
-//   - Keys are the snake_case names documented on each field in types.go.
-//     Unknown keys, duplicate keys, YAML merge keys (<<) and more than one
-//     YAML document are errors. Anchors and aliases are resolved.
+//   - Keys are the snake_case names declared in keys.go. Unknown keys,
+//     duplicate keys, YAML merge keys (<<) and more than one YAML document
+//     are errors. Anchors and aliases are resolved.
 //   - Every scalar value may contain ${NAME} (NAME = [A-Za-z_][A-Za-z0-9_]*),
 //     replaced by that environment variable's value; an unset variable is an
 //     error (a variable set to "" expands to ""). Write $${ for a literal ${.

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -55,14 +54,16 @@ func Parse(data []byte, path string, getenv func(string) (string, bool)) (*Confi
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	p := &parser{path: name, getenv: getenv}
+	p := &parser{path: name, getenv: getenv, sections: map[string]*section{}, lists: map[string]*list{}}
 	root, err := p.decodeYAML(data)
 	if err != nil {
 		return nil, err
 	}
-	cfg := defaults()
-	cfg.Path = path
-	p.config(root, cfg)
+	cfg := &Config{Path: path}
+	p.sections[""] = p.fill(root, "", "", 1, cfg)
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = defaultInstanceID()
+	}
 	p.validate(cfg)
 	if len(p.errs) > 0 {
 		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
@@ -75,51 +76,6 @@ func Parse(data []byte, path string, getenv func(string) (string, bool)) (*Confi
 	return cfg, nil
 }
 
-const (
-	defaultMaxMessageSize = 64 << 20
-	minMessageSize        = 1 << 10
-	maxMessageSize        = 1 << 30
-)
-
-func defaults() *Config {
-	return &Config{
-		Listen:                 "127.0.0.1:6432",
-		AdminListen:            "127.0.0.1:9930",
-		AuthMethod:             "scram-sha-256",
-		LeakCheckInterval:      10 * time.Second,
-		ShutdownTimeout:        30 * time.Second,
-		ClientLoginTimeout:     15 * time.Second,
-		IdleTransactionTimeout: 0,
-		MaxMessageSize:         defaultMaxMessageSize,
-		MaxClientConnections:   10000,
-		Server: Server{
-			Host:           "127.0.0.1",
-			Port:           5432,
-			MaxConnections: 20,
-			IdleTimeout:    60 * time.Second,
-			MaxLifetime:    time.Hour,
-			ConnectTimeout: 5 * time.Second,
-			TLS:            "prefer",
-		},
-		Leases: Leases{
-			Schema:         "lockpool",
-			MaxConnections: 2,
-		},
-	}
-}
-
-func defaultApplication() Application {
-	return Application{
-		PoolMode:              "transaction",
-		MaxConnections:        4,
-		MaxPinned:             1,
-		AdvisoryLocks:         "pin",
-		SessionState:          "pin",
-		WaitTimeout:           5 * time.Second,
-		MaxPreparedStatements: 200,
-	}
-}
-
 func defaultInstanceID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -128,21 +84,6 @@ func defaultInstanceID() string {
 	return host + "-" + strconv.Itoa(os.Getpid())
 }
 
-// Allowed keys per section.
-var (
-	topKeys = []string{"listen", "admin_listen", "auth_method", "instance_id", "leak_check_interval",
-		"shutdown_timeout", "client_login_timeout", "idle_transaction_timeout", "max_message_size",
-		"max_client_connections", "admin_token",
-		"tls", "server", "users", "applications", "leases", "auth_query"}
-	authQueryKeys = []string{"user", "password", "database", "query", "cache_ttl"}
-	tlsKeys       = []string{"cert_file", "key_file", "required"}
-	serverKeys    = []string{"host", "port", "max_connections", "idle_timeout", "max_lifetime", "connect_timeout", "tls", "ca_file"}
-	userKeys      = []string{"name", "password"}
-	appKeys       = []string{"name", "user", "database", "pool_mode", "max_connections", "max_pinned",
-		"advisory_locks", "session_state", "wait_timeout", "max_prepared_statements", "max_clients"}
-	leasesKeys = []string{"schema", "max_connections"}
-)
-
 // parser collects errors and remembers where each section was written, so
 // cross-field validation can point at the right line.
 type parser struct {
@@ -150,10 +91,15 @@ type parser struct {
 	getenv func(string) (string, bool)
 	errs   []*Error
 
-	top, tls, server, leases *section
-	users, apps              []*section
-	usersLine, appsLine      int
-	usersBad, appsBad        bool // users/applications was not a list (already reported)
+	sections map[string]*section // by path: "" (the top level), "server", "tls", ...; absent when not filled
+	lists    map[string]*list    // by path: "users", "applications"
+}
+
+// list is a list of sections as written.
+type list struct {
+	line  int        // line of the list's key, or of its section when not written
+	bad   bool       // it was not a list (already reported)
+	items []*section // one per item, in order
 }
 
 func (p *parser) errorf(line int, format string, args ...any) {
@@ -241,10 +187,11 @@ func checkText(data []byte) (line int, msg string) {
 
 // section is a YAML mapping of a known shape.
 type section struct {
-	where string // key path prefix for messages: "", "server", "applications[0]"
-	line  int    // line to blame for keys that are not written
-	vals  map[string]*yaml.Node
-	lines map[string]int // line of each written key
+	where  string // key path prefix for messages: "", "server", "applications[0]"
+	line   int    // line to blame for keys that are not written
+	vals   map[string]*yaml.Node
+	lines  map[string]int  // line of each written key
+	failed map[string]bool // keys whose value was reported as wrong
 }
 
 // lineOf is the line of key when written, else the section's line.
@@ -291,7 +238,7 @@ func kindName(n *yaml.Node) string {
 // section reads n as a mapping with the allowed keys. A missing or null node
 // is an empty section blamed on line.
 func (p *parser) section(n *yaml.Node, where string, line int, allowed []string) *section {
-	s := &section{where: where, line: max(line, 1), vals: map[string]*yaml.Node{}, lines: map[string]int{}}
+	s := &section{where: where, line: max(line, 1), vals: map[string]*yaml.Node{}, lines: map[string]int{}, failed: map[string]bool{}}
 	n = deref(n)
 	if isNull(n) {
 		return s
@@ -374,7 +321,8 @@ func (p *parser) list(s *section, key string) (items []*yaml.Node, ok bool) {
 }
 
 // scalar returns the expanded text of s[key]. ok is false when the key is
-// not written or an error was reported; null reports an empty value.
+// not written or an error was reported (and s.failed[key] set); null
+// reports an empty value.
 // Messages reported here never contain the value. shown is what messages
 // about the value may quote: the value as written, so that the value of an
 // environment variable is never printed.
@@ -390,11 +338,13 @@ func (p *parser) scalar(s *section, key string) (val, shown string, null, ok boo
 	}
 	if n.Kind != yaml.ScalarNode {
 		p.errorf(line, "%s must be a single value, not %s", s.name(key), kindName(n))
+		s.failed[key] = true
 		return "", "", false, false
 	}
 	out, msg := expand(n.Value, p.getenv)
 	if msg != "" {
 		p.errorf(line, "%s: %s", s.name(key), msg)
+		s.failed[key] = true
 		return "", "", false, false
 	}
 	shown = strconv.Quote(truncate(n.Value, 60))
@@ -402,91 +352,6 @@ func (p *parser) scalar(s *section, key string) (val, shown string, null, ok boo
 		shown += " (after ${} expansion)"
 	}
 	return out, shown, false, true
-}
-
-func (p *parser) str(s *section, key string, dst *string) {
-	if v, _, _, ok := p.scalar(s, key); ok {
-		*dst = v
-	}
-}
-
-func (p *parser) boolean(s *section, key string, dst *bool) {
-	v, shown, null, ok := p.scalar(s, key)
-	if !ok {
-		return
-	}
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "true", "yes", "on":
-		*dst = true
-	case "false", "no", "off":
-		*dst = false
-	default:
-		_ = null
-		p.errorf(s.lineOf(key), "%s: %s is not true or false", s.name(key), shown)
-	}
-}
-
-func (p *parser) enum(s *section, key string, dst *string, options ...string) {
-	v, shown, null, ok := p.scalar(s, key)
-	if !ok {
-		return
-	}
-	if null || !contains(options, v) {
-		p.errorf(s.lineOf(key), "%s: %s is not one of %s", s.name(key), shown, strings.Join(options, ", "))
-		return
-	}
-	*dst = v
-}
-
-func (p *parser) int(s *section, key string, dst *int) {
-	v, shown, null, ok := p.scalar(s, key)
-	if !ok {
-		return
-	}
-	if null {
-		p.errorf(s.lineOf(key), "%s: missing value (an integer)", s.name(key))
-		return
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 0)
-	if err != nil {
-		p.errorf(s.lineOf(key), "%s: %s is not an integer", s.name(key), shown)
-		return
-	}
-	*dst = int(n)
-}
-
-func (p *parser) duration(s *section, key string, dst *time.Duration) {
-	v, shown, null, ok := p.scalar(s, key)
-	if !ok {
-		return
-	}
-	if null {
-		p.errorf(s.lineOf(key), "%s: missing value (a duration such as 250ms, 5s, 1m)", s.name(key))
-		return
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		p.errorf(s.lineOf(key), "%s: %s is not a duration (write a number with a unit: 250ms, 5s, 1m, 1h)", s.name(key), shown)
-		return
-	}
-	*dst = d
-}
-
-func (p *parser) size(s *section, key string, dst *int) {
-	v, shown, null, ok := p.scalar(s, key)
-	if !ok {
-		return
-	}
-	if null {
-		p.errorf(s.lineOf(key), "%s: missing value (bytes, or a size such as 64MB)", s.name(key))
-		return
-	}
-	n, ok := parseSize(v)
-	if !ok {
-		p.errorf(s.lineOf(key), "%s: %s is not a size (write bytes, or a number with kB, MB or GB: 64MB)", s.name(key), shown)
-		return
-	}
-	*dst = n
 }
 
 var sizeUnits = map[string]int64{
@@ -572,103 +437,87 @@ func validVarName(s string) bool {
 	return true
 }
 
-// config fills cfg from the root node, on top of the defaults.
-func (p *parser) config(root *yaml.Node, cfg *Config) {
-	top := p.section(root, "", 1, topKeys)
-	p.top = top
-	if n := deref(root); !isNull(n) && n.Kind != yaml.MappingNode {
-		p.usersBad, p.appsBad = true, true // only the one error above
+// fill reads the mapping n, the section or list item declared by the key
+// at path ("" for the top level), into target, the struct that key's at
+// returned: every key of the section first gets its default, then its
+// written value; then the keys' checks run. where names the mapping in
+// messages ("", "server", "applications[0]"); line is blamed for keys that
+// are not written.
+func (p *parser) fill(n *yaml.Node, path, where string, line int, target any) *section {
+	decl := children(path)
+	names := make([]string, len(decl))
+	for i, k := range decl {
+		names[i] = k.name()
 	}
-	p.str(top, "listen", &cfg.Listen)
-	p.str(top, "admin_listen", &cfg.AdminListen)
-	p.enum(top, "auth_method", &cfg.AuthMethod, "scram-sha-256", "md5", "trust")
-	p.str(top, "instance_id", &cfg.InstanceID)
-	p.duration(top, "leak_check_interval", &cfg.LeakCheckInterval)
-	p.duration(top, "shutdown_timeout", &cfg.ShutdownTimeout)
-	p.duration(top, "client_login_timeout", &cfg.ClientLoginTimeout)
-	p.duration(top, "idle_transaction_timeout", &cfg.IdleTransactionTimeout)
-	p.size(top, "max_message_size", &cfg.MaxMessageSize)
-	p.int(top, "max_client_connections", &cfg.MaxClientConnections)
-	p.str(top, "admin_token", &cfg.AdminToken)
-	if cfg.InstanceID == "" {
-		cfg.InstanceID = defaultInstanceID()
-	}
-
-	if top.has("tls") {
-		n := deref(top.vals["tls"])
-		if isNull(n) {
-			p.errorf(top.lineOf("tls"), "tls is empty: set cert_file and key_file, or remove tls to serve without TLS")
-		} else {
-			s := p.section(n, "tls", top.lineOf("tls"), tlsKeys)
-			p.tls = s
-			cfg.TLS = &TLS{}
-			p.str(s, "cert_file", &cfg.TLS.CertFile)
-			p.str(s, "key_file", &cfg.TLS.KeyFile)
-			p.boolean(s, "required", &cfg.TLS.Required)
+	s := p.section(n, where, line, names)
+	notMapping := !isNull(deref(n)) && deref(n).Kind != yaml.MappingNode
+	dsts := make([]any, len(decl))
+	for i, k := range decl {
+		switch k.kind {
+		case kindSection:
+			p.fillSection(s, k, target)
+		case kindList:
+			p.fillList(s, k, target, notMapping)
+		default:
+			dsts[i] = k.at(target)
+			k.setDefault(dsts[i])
+			p.value(s, k, dsts[i])
 		}
 	}
-
-	s := p.section(top.vals["server"], "server", top.lineOf("server"), serverKeys)
-	p.server = s
-	p.str(s, "host", &cfg.Server.Host)
-	p.int(s, "port", &cfg.Server.Port)
-	p.int(s, "max_connections", &cfg.Server.MaxConnections)
-	p.duration(s, "idle_timeout", &cfg.Server.IdleTimeout)
-	p.duration(s, "max_lifetime", &cfg.Server.MaxLifetime)
-	p.duration(s, "connect_timeout", &cfg.Server.ConnectTimeout)
-	p.enum(s, "tls", &cfg.Server.TLS, "disable", "prefer", "require", "verify-full")
-	p.str(s, "ca_file", &cfg.Server.CAFile)
-
-	p.usersLine = top.lineOf("users")
-	users, ok := p.list(top, "users")
-	p.usersBad = p.usersBad || !ok
-	for i, n := range users {
-		s := p.section(n, fmt.Sprintf("users[%d]", i), itemLine(n, p.usersLine), userKeys)
-		p.users = append(p.users, s)
-		var u User
-		p.str(s, "name", &u.Name)
-		p.str(s, "password", &u.Password) // never put u.Password in a message
-		cfg.Users = append(cfg.Users, u)
-	}
-
-	p.appsLine = top.lineOf("applications")
-	apps, ok := p.list(top, "applications")
-	p.appsBad = p.appsBad || !ok
-	for i, n := range apps {
-		s := p.section(n, fmt.Sprintf("applications[%d]", i), itemLine(n, p.appsLine), appKeys)
-		p.apps = append(p.apps, s)
-		a := defaultApplication()
-		p.str(s, "name", &a.Name)
-		p.str(s, "user", &a.User)
-		p.str(s, "database", &a.Database)
-		p.enum(s, "pool_mode", &a.PoolMode, "transaction", "session")
-		p.int(s, "max_connections", &a.MaxConnections)
-		p.int(s, "max_pinned", &a.MaxPinned)
-		p.enum(s, "advisory_locks", &a.AdvisoryLocks, "pin", "reject", "allow")
-		p.enum(s, "session_state", &a.SessionState, "pin", "reject", "allow")
-		p.duration(s, "wait_timeout", &a.WaitTimeout)
-		p.int(s, "max_prepared_statements", &a.MaxPreparedStatements)
-		p.int(s, "max_clients", &a.MaxClients)
-		cfg.Applications = append(cfg.Applications, a)
-	}
-
-	if top.has("auth_query") {
-		aq := p.section(top.vals["auth_query"], "auth_query", top.lineOf("auth_query"), authQueryKeys)
-		cfg.AuthQuery = &AuthQuery{Database: "postgres", Query: "SELECT usename, passwd FROM lockpool.user_lookup($1)", CacheTTL: 60 * time.Second}
-		p.str(aq, "user", &cfg.AuthQuery.User)
-		p.str(aq, "password", &cfg.AuthQuery.Password)
-		p.str(aq, "database", &cfg.AuthQuery.Database)
-		p.str(aq, "query", &cfg.AuthQuery.Query)
-		p.duration(aq, "cache_ttl", &cfg.AuthQuery.CacheTTL)
-		if cfg.AuthQuery.User == "" {
-			p.errorf(top.lineOf("auth_query"), "auth_query.user is required (the role that runs the lookup)")
+	for i, k := range decl {
+		if k.check == nil || s.failed[k.name()] {
+			continue
+		}
+		v := load(dsts[i])
+		quoted := ""
+		if str, ok := v.(string); ok {
+			quoted = p.quote(s, k.name(), str)
+		}
+		if msg := k.check(s.name(k.name()), v, quoted); msg != "" {
+			p.errorf(s.lineOf(k.name()), "%s", msg)
 		}
 	}
+	return s
+}
 
-	s = p.section(top.vals["leases"], "leases", top.lineOf("leases"), leasesKeys)
-	p.leases = s
-	p.str(s, "schema", &cfg.Leases.Schema)
-	p.int(s, "max_connections", &cfg.Leases.MaxConnections)
+// value reads the written value of k, if any, from s into dst.
+func (p *parser) value(s *section, k *key, dst any) {
+	text, shown, null, ok := p.scalar(s, k.name())
+	if !ok {
+		return
+	}
+	if problem := k.set(dst, text, null, shown); problem != "" {
+		p.errorf(s.lineOf(k.name()), "%s: %s", s.name(k.name()), problem)
+		s.failed[k.name()] = true
+	}
+}
+
+// fillSection reads the section k of s. An optional section that is not
+// written stays nil; any other is filled, from defaults when not written.
+func (p *parser) fillSection(s *section, k *key, parent any) {
+	name := k.name()
+	if !s.has(name) && k.optional {
+		return
+	}
+	if s.has(name) && k.empty != "" && isNull(deref(s.vals[name])) {
+		p.errorf(s.lineOf(name), "%s", k.empty)
+		return
+	}
+	p.sections[k.path] = p.fill(s.vals[name], k.path, s.name(name), s.lineOf(name), k.at(parent))
+}
+
+// fillList reads the list k of s, one item at a time. parentBad: s itself
+// was not a mapping (already reported), so the list is not reported missing.
+func (p *parser) fillList(s *section, k *key, parent any, parentBad bool) {
+	name := k.name()
+	l := &list{line: s.lineOf(name), bad: parentBad}
+	p.lists[k.path] = l
+	items, ok := p.list(s, name)
+	l.bad = l.bad || !ok
+	for i, n := range items {
+		where := fmt.Sprintf("%s[%d]", s.name(name), i)
+		l.items = append(l.items, p.fill(n, k.path, where, itemLine(n, l.line), k.at(parent)))
+	}
 }
 
 func itemLine(n *yaml.Node, fallback int) int {

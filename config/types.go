@@ -3,18 +3,20 @@ package config
 import "time"
 
 // Config is the whole parsed and validated configuration. Other packages
-// receive the plain structs below; only this package reads YAML.
+// receive the plain structs below; only this package reads YAML. Each
+// field's comment names its key; the key's default, meaning and checks are
+// declared in keys.go (and listed in README.md).
 type Config struct {
-	Listen                 string        // listen: client-facing address (default 127.0.0.1:6432)
-	AdminListen            string        // admin_listen: /metrics, /up, /health/ready, /debug/* (default 127.0.0.1:9930; "" disables)
-	AuthMethod             string        // auth_method: scram-sha-256 | md5 | trust (default scram-sha-256)
+	Listen                 string        // listen: client-facing address
+	AdminListen            string        // admin_listen: /metrics, /up, /health/ready, /debug/* ("" disables)
+	AuthMethod             string        // auth_method: scram-sha-256 | md5 | trust
 	InstanceID             string        // instance_id: default hostname + "-" + pid
-	LeakCheckInterval      time.Duration // leak_check_interval (default 10s; 0 disables the sweep)
-	ShutdownTimeout        time.Duration // shutdown_timeout: how long SIGTERM waits for running transactions (default 30s)
-	ClientLoginTimeout     time.Duration // client_login_timeout: startup + auth must finish within this (default 15s)
-	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (default 0 = off)
-	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01 (default 64 MiB)
-	MaxClientConnections   int           // max_client_connections: clients over all applications (default 10000)
+	LeakCheckInterval      time.Duration // leak_check_interval (0 disables the sweep)
+	ShutdownTimeout        time.Duration // shutdown_timeout: how long SIGTERM waits for running transactions
+	ClientLoginTimeout     time.Duration // client_login_timeout: startup + auth must finish within this
+	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (0 = off)
+	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01
+	MaxClientConnections   int           // max_client_connections: clients over all applications
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
@@ -31,18 +33,18 @@ type Config struct {
 type TLS struct {
 	CertFile string // cert_file
 	KeyFile  string // key_file
-	Required bool   // required: refuse clients that do not ask for TLS (default false)
+	Required bool   // required: refuse clients that do not ask for TLS
 }
 
 // Server describes the PostgreSQL server behind the proxy.
 type Server struct {
-	Host           string        // host (default 127.0.0.1); a path starting with / is a Unix socket directory
-	Port           int           // port (default 5432)
-	MaxConnections int           // max_connections: instance cap over all applications (default 20)
-	IdleTimeout    time.Duration // idle_timeout: idle server connections are closed after this (default 60s)
-	MaxLifetime    time.Duration // max_lifetime: server connections are closed at their next release after this (default 1h)
-	ConnectTimeout time.Duration // connect_timeout: dialing + server login (default 5s)
-	TLS            string        // tls: disable | prefer | require | verify-full (default prefer)
+	Host           string        // host; a path starting with / is a Unix socket directory
+	Port           int           // port
+	MaxConnections int           // max_connections: instance cap over all applications
+	IdleTimeout    time.Duration // idle_timeout: idle server connections are closed after this
+	MaxLifetime    time.Duration // max_lifetime: server connections are closed at their next release after this
+	ConnectTimeout time.Duration // connect_timeout: dialing + server login
+	TLS            string        // tls: disable | prefer | require | verify-full
 	CAFile         string        // ca_file: CA bundle for tls verify-full
 }
 
@@ -58,20 +60,20 @@ type Application struct {
 	Name                  string        // name
 	User                  string        // user: must name an entry of users
 	Database              string        // database: "" matches any database
-	PoolMode              string        // pool_mode: transaction | session (default transaction)
-	MaxConnections        int           // max_connections (default 4)
-	MaxPinned             int           // max_pinned (default 1; must be < MaxConnections)
-	AdvisoryLocks         string        // advisory_locks: pin | reject | allow (default pin)
-	SessionState          string        // session_state: pin | reject | allow (default pin)
-	WaitTimeout           time.Duration // wait_timeout (default 5s)
-	MaxPreparedStatements int           // max_prepared_statements: per server connection (default 200)
-	MaxClients            int           // max_clients: logged-in clients of this application (default 0 = no limit)
+	PoolMode              string        // pool_mode: transaction | session
+	MaxConnections        int           // max_connections
+	MaxPinned             int           // max_pinned (must be < MaxConnections)
+	AdvisoryLocks         string        // advisory_locks: pin | reject | allow
+	SessionState          string        // session_state: pin | reject | allow
+	WaitTimeout           time.Duration // wait_timeout
+	MaxPreparedStatements int           // max_prepared_statements: per server connection
+	MaxClients            int           // max_clients: logged-in clients of this application (0 = no limit)
 }
 
 // Leases configures the lease store.
 type Leases struct {
-	Schema         string // schema (default lockpool)
-	MaxConnections int    // max_connections: lockpool's own lease connections, all databases together (default 2)
+	Schema         string // schema
+	MaxConnections int    // max_connections: lockpool's own lease connections, all databases together
 }
 
 // Match returns the application a client logging in as user to database
@@ -108,7 +110,7 @@ func (c *Config) UserByName(name string) (*User, bool) {
 type AuthQuery struct {
 	User     string        // user: the role lockpool logs in as to run the query
 	Password string        // password: its password
-	Database string        // database: where the lookup function lives (default postgres)
-	Query    string        // query: returns (name, verifier) for $1 (default SELECT usename, passwd FROM lockpool.user_lookup($1))
-	CacheTTL time.Duration // cache_ttl: how long a looked-up verifier is reused (default 60s)
+	Database string        // database: where the lookup function lives
+	Query    string        // query: returns (name, verifier) for $1
+	CacheTTL time.Duration // cache_ttl: how long a looked-up verifier is reused
 }

@@ -2,10 +2,8 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -13,53 +11,38 @@ import (
 // validate checks the filled config; every problem is reported with the line
 // of the key that causes it (or of its section when the value is a default).
 func (p *parser) validate(c *Config) {
-	top := p.top
+	top, srv := p.sections[""], p.sections["server"]
 
-	p.checkAddr(top, "listen", c.Listen, false)
-	p.checkAddr(top, "admin_listen", c.AdminListen, true)
 	if c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		p.errorf(top.lineOf("admin_listen"), "admin_listen must differ from listen (both are %s)", p.quote(top, "admin_listen", c.AdminListen))
 	}
-	p.nonNegative(top, "leak_check_interval", c.LeakCheckInterval)
-	p.nonNegative(top, "shutdown_timeout", c.ShutdownTimeout)
-	p.positive(top, "client_login_timeout", c.ClientLoginTimeout)
-	p.nonNegative(top, "idle_transaction_timeout", c.IdleTransactionTimeout)
-	if c.MaxMessageSize < minMessageSize || c.MaxMessageSize > maxMessageSize {
-		p.errorf(top.lineOf("max_message_size"), "max_message_size must be between 1kB and 1GB (got %d bytes)", c.MaxMessageSize)
-	}
 
 	if c.TLS != nil {
+		tls := p.sections["tls"]
 		if c.TLS.CertFile == "" {
-			p.errorf(p.tls.lineOf("cert_file"), "tls.cert_file is required when tls is set (remove tls to serve without TLS)")
+			p.errorf(tls.lineOf("cert_file"), "tls.cert_file is required when tls is set (remove tls to serve without TLS)")
 		}
 		if c.TLS.KeyFile == "" {
-			p.errorf(p.tls.lineOf("key_file"), "tls.key_file is required when tls is set (remove tls to serve without TLS)")
+			p.errorf(tls.lineOf("key_file"), "tls.key_file is required when tls is set (remove tls to serve without TLS)")
 		}
 	}
 
-	srv := p.server
-	if c.Server.Host == "" {
-		p.errorf(srv.lineOf("host"), "server.host must not be empty (a host name, an IP address, or a Unix socket directory starting with /)")
-	}
-	if c.Server.Port < 1 || c.Server.Port > 65535 {
-		p.errorf(srv.lineOf("port"), "server.port must be between 1 and 65535 (got %d)", c.Server.Port)
-	}
-	p.atLeast(srv, "max_connections", c.Server.MaxConnections, 1)
-	p.positive(srv, "idle_timeout", c.Server.IdleTimeout)
-	p.positive(srv, "max_lifetime", c.Server.MaxLifetime)
-	p.positive(srv, "connect_timeout", c.Server.ConnectTimeout)
 	if c.Server.CAFile != "" && c.Server.TLS != "verify-full" && c.Server.TLS != "require" {
 		p.errorf(srv.lineOf("ca_file"), "server.ca_file is only used with server.tls verify-full or require (got %s)", p.quote(srv, "tls", c.Server.TLS))
 	}
-	p.atLeast(top, "max_client_connections", c.MaxClientConnections, 1)
+
+	if c.AuthQuery != nil && c.AuthQuery.User == "" {
+		p.errorf(top.lineOf("auth_query"), "auth_query.user is required (the role that runs the lookup)")
+	}
 
 	// Users.
-	if len(c.Users) == 0 && !p.usersBad && c.AuthQuery == nil {
-		p.errorf(p.usersLine, "at least one user is required under users (name and password)")
+	users, apps := p.lists["users"], p.lists["applications"]
+	if len(c.Users) == 0 && !users.bad && c.AuthQuery == nil {
+		p.errorf(users.line, "at least one user is required under users (name and password)")
 	}
 	userLine := map[string]int{}
 	for i, u := range c.Users {
-		s := p.users[i]
+		s := users.items[i]
 		switch {
 		case u.Name == "":
 			p.errorf(s.lineOf("name"), "%s: name is required", s.where)
@@ -68,14 +51,14 @@ func (p *parser) validate(c *Config) {
 		default:
 			userLine[u.Name] = s.lineOf("name")
 		}
-		if u.Password == "" && c.AuthMethod != "trust" && !p.failed(s, "password") {
+		if u.Password == "" && c.AuthMethod != "trust" && !s.failed["password"] {
 			p.errorf(s.lineOf("password"), "%s: password is required with auth_method %s", s.where, c.AuthMethod)
 		}
 	}
 
 	// Applications.
-	if len(c.Applications) == 0 && !p.appsBad {
-		p.errorf(p.appsLine, "at least one application is required under applications (name and user)")
+	if len(c.Applications) == 0 && !apps.bad {
+		p.errorf(apps.line, "at least one application is required under applications (name and user)")
 	}
 	appLine := map[string]int{}
 	type pair struct{ user, db string }
@@ -83,7 +66,7 @@ func (p *parser) validate(c *Config) {
 	totalPinned := 0
 	var pinParts []string
 	for i, a := range c.Applications {
-		s := p.apps[i]
+		s := apps.items[i]
 		label := s.where
 		if a.Name != "" {
 			label = fmt.Sprintf("%s (%s)", s.where, a.Name)
@@ -98,7 +81,7 @@ func (p *parser) validate(c *Config) {
 		}
 		switch {
 		case a.User == "":
-			if !p.failed(s, "user") {
+			if !s.failed["user"] {
 				p.errorf(s.lineOf("user"), "%s: user is required (the role its clients log in as)", label)
 			}
 		case !hasUser(c.Users, a.User) && c.AuthQuery == nil:
@@ -116,15 +99,11 @@ func (p *parser) validate(c *Config) {
 					line = s.lineOf("user")
 				}
 				p.errorf(line, "%s: user %q with %s is already matched by %s at line %d; each (user, database) pair must belong to one application",
-					label, a.User, db, appName(c.Applications[j], p.apps[j]), p.apps[j].line)
+					label, a.User, db, appName(c.Applications[j], apps.items[j]), apps.items[j].line)
 			} else {
 				pairs[k] = i
 			}
 		}
-		p.atLeast(s, "max_connections", a.MaxConnections, 1)
-		p.positive(s, "wait_timeout", a.WaitTimeout)
-		p.atLeast(s, "max_prepared_statements", a.MaxPreparedStatements, 1)
-		p.atLeast(s, "max_clients", a.MaxClients, 0)
 		switch {
 		case a.MaxPinned < 0:
 			p.errorf(s.lineOf("max_pinned"), "%s: max_pinned must be 0 or more (got %d)", label, a.MaxPinned)
@@ -146,21 +125,14 @@ func (p *parser) validate(c *Config) {
 		}
 	}
 
-	// Leases.
-	ls := p.leases
-	if msg := checkIdentifier(c.Leases.Schema); msg != "" {
-		p.errorf(ls.lineOf("schema"), "leases.schema: %s %s", p.quote(ls, "schema", c.Leases.Schema), msg)
-	}
-	p.atLeast(ls, "max_connections", c.Leases.MaxConnections, 1)
-
 	// Pins plus lease connections must leave the instance at least one
 	// connection for ordinary transactions.
 	if c.Server.MaxConnections >= 1 && c.Leases.MaxConnections >= 0 {
 		reserved := totalPinned + c.Leases.MaxConnections
 		if reserved >= c.Server.MaxConnections {
 			line := srv.lineOf("max_connections")
-			if !srv.has("max_connections") && !p.top.has("server") {
-				line = p.appsLine
+			if !srv.has("max_connections") && !top.has("server") {
+				line = apps.line
 			}
 			pins := "0"
 			if len(pinParts) > 0 {
@@ -177,21 +149,6 @@ func (p *parser) validate(c *Config) {
 	}
 }
 
-// failed reports whether an error was already reported on s[key]'s line for
-// that key, to avoid a second message about the same value.
-func (p *parser) failed(s *section, key string) bool {
-	if !s.has(key) {
-		return false
-	}
-	prefix := s.name(key) + ":"
-	for _, e := range p.errs {
-		if e.Line == s.lineOf(key) && strings.HasPrefix(e.Msg, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 func hasUser(users []User, name string) bool {
 	for _, u := range users {
 		if u.Name == name {
@@ -206,38 +163,6 @@ func appName(a Application, s *section) string {
 		return fmt.Sprintf("application %q", a.Name)
 	}
 	return s.where
-}
-
-func (p *parser) checkAddr(s *section, key, addr string, mayBeEmpty bool) {
-	if addr == "" {
-		if !mayBeEmpty {
-			p.errorf(s.lineOf(key), "%s must not be empty (host:port, e.g. 127.0.0.1:6432)", s.name(key))
-		}
-		return
-	}
-	_, port, err := net.SplitHostPort(addr)
-	n, perr := strconv.Atoi(port)
-	if err != nil || perr != nil || n < 0 || n > 65535 {
-		p.errorf(s.lineOf(key), "%s: %s is not a host:port address (e.g. 127.0.0.1:6432)", s.name(key), p.quote(s, key, addr))
-	}
-}
-
-func (p *parser) positive(s *section, key string, d time.Duration) {
-	if d <= 0 && !p.failed(s, key) {
-		p.errorf(s.lineOf(key), "%s must be greater than 0 (got %s)", s.name(key), d)
-	}
-}
-
-func (p *parser) nonNegative(s *section, key string, d time.Duration) {
-	if d < 0 {
-		p.errorf(s.lineOf(key), "%s must not be negative (got %s; 0 turns it off)", s.name(key), d)
-	}
-}
-
-func (p *parser) atLeast(s *section, key string, n, min int) {
-	if n < min {
-		p.errorf(s.lineOf(key), "%s must be at least %d (got %d)", s.name(key), min, n)
-	}
 }
 
 // checkIdentifier returns why s is not a lowercase SQL identifier usable

@@ -16,13 +16,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 func TestFaultBackendDiesDuringPinProbe(t *testing.T) {
 	c := pgtest.Require(t)
 	const role = "fltprobe"
-	flEnsureRole(t, c, role)
-	l, _ := flStart(t, flYAML(c, "", 10, "", role, appPassword,
+	testenv.EnsureRole(t, c, role)
+	l, _ := startYAML(t, testenv.UserYAML(c, "", 10, "", role, appPassword,
 		"    database: appdb\n    max_connections: 3\n    max_pinned: 1\n    wait_timeout: 5s"))
 	ctx := context.Background()
 	su := superConn(t, "appdb")

@@ -31,9 +31,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-type flEvent struct {
+type restartEvent struct {
 	at  time.Time
 	err error
 }
@@ -41,10 +42,10 @@ type flEvent struct {
 func TestFaultRestartUnderLoad(t *testing.T) {
 	c := pgtest.Require(t)
 	const role, db = "fltrestart", "fltrestartdb"
-	flEnsureRole(t, c, role)
-	flEnsureDB(t, c, db, role)
+	testenv.EnsureRole(t, c, role)
+	testenv.EnsureDatabase(t, c, db, role)
 	clients, dur := 20, 20*time.Second
-	if flLong() {
+	if testenv.Long() {
 		clients, dur = 50, 60*time.Second
 	}
 	ctx := context.Background()
@@ -62,15 +63,15 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 			t.Fatal(err)
 		}
 	}
-	yaml := flYAML(c, "", clients+10, "  idle_timeout: 2s\n  connect_timeout: 5s", role, appPassword,
+	yaml := testenv.UserYAML(c, "", clients+10, "  idle_timeout: 2s\n  connect_timeout: 5s", role, appPassword,
 		fmt.Sprintf("    max_connections: %d\n    max_pinned: 1\n    wait_timeout: 5s", clients))
-	l, _ := flStart(t, yaml)
+	l, _ := startYAML(t, yaml)
 	time.Sleep(100 * time.Millisecond)
 	baseline := runtime.NumGoroutine()
 
 	var (
 		mu     sync.Mutex
-		events = make([][]flEvent, clients)
+		events = make([][]restartEvent, clients)
 		wg     sync.WaitGroup
 	)
 	stop := make(chan struct{})
@@ -86,7 +87,7 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 			}()
 			record := func(err error) {
 				mu.Lock()
-				events[i] = append(events[i], flEvent{time.Now(), err})
+				events[i] = append(events[i], restartEvent{time.Now(), err})
 				mu.Unlock()
 			}
 			for n := 0; ; n++ {
@@ -191,12 +192,12 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 	pgbenchAfterRestart(t, l, role, db)
 
 	// Idle level again: goroutines, and server connections (idle_timeout 2s).
-	if n := flSettle(baseline+5, 15*time.Second); n > baseline+5 {
+	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
 		t.Errorf("goroutines: %d after the load, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
 	}
 	su := superConn(t, "postgres")
 	eventually(t, 15*time.Second, "server connections to close after idle_timeout", func() bool {
-		n, err := flServerConns(ctx, su, role)
+		n, err := testenv.CountServerConns(ctx, su, role)
 		return err == nil && n == 0 && l.metric("lockpool_server_connections", map[string]string{"app": role}) == 0
 	})
 }

@@ -21,14 +21,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 func TestFaultSIGSTOPPostgres(t *testing.T) {
 	c := pgtest.Require(t)
 	const role = "fltstop"
-	flEnsureRole(t, c, role)
+	testenv.EnsureRole(t, c, role)
 	const clients, wait, freeze = 12, 2 * time.Second, 5 * time.Second
-	l, _ := flStart(t, flYAML(c, "", 10, "  connect_timeout: 1s", role, appPassword,
+	l, _ := startYAML(t, testenv.UserYAML(c, "", 10, "  connect_timeout: 1s", role, appPassword,
 		fmt.Sprintf("    database: appdb\n    max_connections: 4\n    max_pinned: 1\n    wait_timeout: %s", wait)))
 	ctx := context.Background()
 	time.Sleep(100 * time.Millisecond)
@@ -84,7 +85,7 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 	}
 	defer cont()
 	for round := 0; round < 2; round++ {
-		for _, pid := range flClusterPIDs(t, c) {
+		for _, pid := range testenv.ClusterPIDs(t, c) {
 			if !stopped[pid] {
 				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 					t.Logf("SIGSTOP %d: %v", pid, err)
@@ -158,7 +159,7 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 		}
 		_ = conn.Close(ctx)
 	}
-	if n := flSettle(baseline+5, 15*time.Second); n > baseline+5 {
+	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
 		t.Errorf("goroutines: %d after the freeze, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
 	}
 }

@@ -16,16 +16,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 func TestFaultTerminateBackends(t *testing.T) {
 	c := pgtest.Require(t)
 	const role, db = "flterm", "appdb"
-	flEnsureRole(t, c, role)
+	testenv.EnsureRole(t, c, role)
 	const plain, pinnedN, kills = 16, 4, 200
-	yaml := flYAML(c, "", 30, "  connect_timeout: 2s", role, appPassword,
+	yaml := testenv.UserYAML(c, "", 30, "  connect_timeout: 2s", role, appPassword,
 		"    database: appdb\n    max_connections: 12\n    max_pinned: 4\n    wait_timeout: 5s")
-	l, _ := flStart(t, yaml)
+	l, _ := startYAML(t, yaml)
 	ctx := context.Background()
 	su := superConn(t, "appdb")
 	suCheck := superConn(t, "appdb") // for the client goroutines, under suMu

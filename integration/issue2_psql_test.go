@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // Issue 2, acceptance 3: psql through lockpool.
@@ -274,7 +276,7 @@ func TestCancelRequest(t *testing.T) {
 	if len(key) != 4 {
 		t.Fatalf("secret key of %d bytes, want 4 (protocol 3.0)", len(key))
 	}
-	sendCancel(t, l.addr, a.PgConn().PID(), binary.BigEndian.Uint32(key)+1)
+	testenv.SendCancel(t, l.addr, a.PgConn().PID(), binary.BigEndian.Uint32(key)+1)
 	if err := <-errc; err != nil {
 		t.Fatalf("a CancelRequest with a wrong secret cancelled the query: %v", err)
 	}

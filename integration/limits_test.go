@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 const limitsApp = "    database: appdb\n    max_connections: 4\n    max_pinned: 1\n    wait_timeout: 5s"
@@ -26,8 +27,8 @@ const limitsApp = "    database: appdb\n    max_connections: 4\n    max_pinned: 
 func limitsStart(t *testing.T, role, top, appExtra string) *lp {
 	t.Helper()
 	c := pgtest.Require(t)
-	flEnsureRole(t, c, role)
-	l, _ := flStart(t, flYAML(c, top, 10, "", role, appPassword, limitsApp+appExtra))
+	testenv.EnsureRole(t, c, role)
+	l, _ := startYAML(t, testenv.UserYAML(c, top, 10, "", role, appPassword, limitsApp+appExtra))
 	return l
 }
 

@@ -68,7 +68,7 @@ func TestSecretSCRAMVerifierPassThrough(t *testing.T) {
 	c := pgtest.Require(t)
 	const role, pw = "secpass", "pass-through-pw-81x"
 	v := secretVerifier(t, c, role, pw)
-	l, _ := flStart(t, secretYAML(c, "", role, v))
+	l, _ := startYAML(t, secretYAML(c, "", role, v))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=postgres sslmode=disable", l.port, role, pw))
@@ -95,7 +95,7 @@ func TestSecretSCRAMVerifierClientAuth(t *testing.T) {
 	c := pgtest.Require(t)
 	const role, pw = "secverif", "verifier-pw-77q"
 	v := secretVerifier(t, c, role, pw)
-	l, _ := flStart(t, secretYAML(c, "", role, v))
+	l, _ := startYAML(t, secretYAML(c, "", role, v))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dsn := func(p string) string {
@@ -137,7 +137,7 @@ END$$`, plainRole, plainRole, plainPW)); err != nil {
 		t.Fatal(err)
 	}
 	v := secretVerifier(t, c, verRole, verPW)
-	l, logs := flStart(t, secretYAML(c, "admin_token: "+token, plainRole, plainPW, verRole, v))
+	l, logs := startYAML(t, secretYAML(c, "admin_token: "+token, plainRole, plainPW, verRole, v))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dsn := func(u, p, db string) string {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // tlsCA is a throwaway certificate authority.
@@ -110,12 +111,12 @@ func TestTLSClientSide(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Require(t)
 	const role = "tlsclient"
-	flEnsureRole(t, c, role)
+	testenv.EnsureRole(t, c, role)
 	ca := newTLSCA(t, "lockpool test CA")
 	crt, key := ca.leaf(t)
 	f := writeFiles(t, t.TempDir(), map[string][]byte{"ca.pem": ca.certPEM, "server.crt": crt, "server.key": key})
 	top := fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n  required: true", f["server.crt"], f["server.key"])
-	l, _ := flStart(t, flYAML(c, top, 10, "", role, appPassword,
+	l, _ := startYAML(t, testenv.UserYAML(c, top, 10, "", role, appPassword,
 		"    database: appdb\n    max_connections: 4\n    max_pinned: 1\n    wait_timeout: 5s"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -243,7 +244,7 @@ func TestTLSServerSide(t *testing.T) {
 
 	for _, mode := range []string{"verify-full", "require"} {
 		srvTLS := fmt.Sprintf("  tls: %s\n  ca_file: %s", mode, f["ca.pem"])
-		l, _ := flStart(t, flYAML(c, "", 5, srvTLS, "tlsserver", appPassword, app))
+		l, _ := startYAML(t, testenv.UserYAML(c, "", 5, srvTLS, "tlsserver", appPassword, app))
 		conn, err := pgx.Connect(ctx, l.dsn("tlsserver", "postgres"))
 		if err != nil {
 			t.Fatalf("server.tls %s: %v", mode, err)
@@ -261,7 +262,7 @@ func TestTLSServerSide(t *testing.T) {
 	// verify-full with a CA that did not sign the server's certificate:
 	// lockpool cannot log in, and the client is told so.
 	srvTLS := fmt.Sprintf("  tls: verify-full\n  ca_file: %s", f["wrong.pem"])
-	l, logs := flStart(t, flYAML(c, "", 5, srvTLS, "tlsserver", appPassword, app))
+	l, logs := startYAML(t, testenv.UserYAML(c, "", 5, srvTLS, "tlsserver", appPassword, app))
 	_, err := pgx.Connect(ctx, l.dsn("tlsserver", "postgres"))
 	if err == nil {
 		t.Fatal("server.tls verify-full with the wrong CA: client connected")

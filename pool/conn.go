@@ -34,10 +34,8 @@ type Conn struct {
 	Database      string            // database the connection is logged in to
 	User          string            // role the connection is logged in as
 	StartupParams map[string]string // ParameterStatus at login (read-only, may be shared)
-	Params        map[string]string // current values; the proxy updates it
 	LastClient    string            // set by the proxy for attribution
 	Broken        bool              // set by the proxy on I/O error: Release then destroys
-	Prepared      map[string]struct{}
 	// Aux is the proxy's own bookkeeping for this connection (parameter
 	// values, prepared statements); the pool never looks at it.
 	Aux any

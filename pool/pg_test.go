@@ -80,7 +80,7 @@ func TestRealServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.PID == 0 || len(c.SecretKey) == 0 || c.StartupParams["server_version"] == "" || c.Params["client_encoding"] != "UTF8" {
+	if c.PID == 0 || len(c.SecretKey) == 0 || c.StartupParams["server_version"] == "" || c.StartupParams["client_encoding"] != "UTF8" {
 		t.Fatalf("login data missing: pid=%d key=%v params=%v", c.PID, c.SecretKey, c.StartupParams)
 	}
 	rows, err := query(t, c, "select current_user || '/' || current_database() || '/' || pg_backend_pid()")

@@ -43,7 +43,7 @@ type Options struct {
 	Registerer prometheus.Registerer // nil: no metrics registered
 	// Dial overrides how a server connection is made (tests); nil uses pgconn.
 	// The returned Conn needs Net (and PID/SecretKey/StartupParams as
-	// available); Reader, App, Database, User and Params are filled in when
+	// available); Reader, App, Database and User are filled in when
 	// left empty.
 	Dial func(ctx context.Context, app AppConfig, database string) (*Conn, error)
 
@@ -480,9 +480,6 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	}
 	if c.StartupParams == nil {
 		c.StartupParams = map[string]string{}
-	}
-	if c.Params == nil {
-		c.Params = maps.Clone(c.StartupParams)
 	}
 	c.pool = a
 	c.created = m.now()

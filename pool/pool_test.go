@@ -313,7 +313,7 @@ func TestBudgetsUnderLoad(t *testing.T) {
 func TestReleaseReusesIdleConn(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 2, 1, time.Second)}})
 	c1 := mustAcquire(t, m, "a", "db")
-	if c1.App != "a" || c1.Database != "db" || c1.User != "a_user" || c1.Reader == nil || c1.Params["server_version"] != "17.0" {
+	if c1.App != "a" || c1.Database != "db" || c1.User != "a_user" || c1.Reader == nil || c1.StartupParams["server_version"] != "17.0" {
 		t.Fatalf("conn fields not filled: %+v", c1)
 	}
 	expectStats(t, m, "a", Stats{Open: 1, InUse: 1})

@@ -1,0 +1,493 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:generate go run ./cmd/keytable -readme ../README.md
+
+// kind is how a key's value is written and stored.
+type kind uint8
+
+const (
+	kindString   kind = iota // any text; stored in a *string
+	kindBool                 // true/false (also yes/no, on/off); *bool
+	kindInt                  // a decimal integer; *int
+	kindDuration             // Go syntax with a unit (250ms, 5s, 1h30m) or 0; *time.Duration
+	kindSize                 // bytes, or a number with B, kB, MB, GB (1024-based); *int
+	kindEnum                 // one of key.options; *string
+	kindSection              // a mapping of keys; key.at returns the struct they fill
+	kindList                 // a list of mappings; key.at appends an item and returns it
+)
+
+// key declares one configuration key: how it is parsed, its default, how its
+// value is checked, and its line in README.md. The table keys is the only
+// place a key is declared; the parser, the defaults and README's key table
+// are all driven by it (like PgBouncer's bouncer_params).
+type key struct {
+	// path is the key's name as README.md shows it: "listen",
+	// "server.max_connections", "applications[].max_pinned". The part
+	// before the last dot names the section or list (a kindSection or
+	// kindList entry) the key belongs to; "[]" marks a list's items.
+	path string
+	kind kind
+	// def is the default, written as in the YAML file and converted like a
+	// written value: it is applied to every section or list item before the
+	// written keys are read. "" means "" for strings, and is not allowed
+	// for other kinds (a test checks that every default converts).
+	def string
+	// shown replaces `def` in README's default column when the default is
+	// not a value one could write (instance_id's is computed) or when there
+	// is none ("—": the key is required, or optional with no effect
+	// unless written). config.yaml may then show an example value.
+	shown string
+	// meaning is README's one-line description (Markdown, no |).
+	meaning string
+	// options are the values a kindEnum key accepts, in the order error
+	// messages list them; meaning must name each of them in backquotes.
+	options []string
+	// check validates the key's final value (written or default) after its
+	// section is read; nil accepts every value of the kind. Rules that
+	// involve more than one key are in validate.go.
+	check check
+	// at returns where the key is stored, given the struct its section
+	// fills: a pointer to the field for value kinds (the pointer type must
+	// match the kind), the struct to fill for kindSection, and a new item
+	// appended to the slice for kindList.
+	at func(parent any) any
+	// optional: a kindSection that is left nil when not written (tls,
+	// auth_query); other sections are always filled, with defaults.
+	optional bool
+	// empty, when set, is the error for a kindSection written with no value
+	// (tls:); otherwise an empty section is filled with defaults.
+	empty string
+}
+
+// keys declares every configuration key, in the order of README.md's table
+// and of "known keys" in messages. Sections come before their keys.
+var keys = []key{
+	{path: "listen", kind: kindString, def: "127.0.0.1:6432", check: hostPort(false),
+		meaning: "client-facing address",
+		at:      func(c any) any { return &c.(*Config).Listen }},
+	{path: "admin_listen", kind: kindString, def: "127.0.0.1:9930", check: hostPort(true),
+		meaning: "`/metrics`, `/up`, `/health/ready`, `/debug/locks`, `/debug/pprof/`; `\"\"` turns it off",
+		at:      func(c any) any { return &c.(*Config).AdminListen }},
+	{path: "auth_method", kind: kindEnum, def: "scram-sha-256", options: []string{"scram-sha-256", "md5", "trust"},
+		meaning: "`scram-sha-256`, `md5` or `trust` (trust only when written here)",
+		at:      func(c any) any { return &c.(*Config).AuthMethod }},
+	{path: "instance_id", kind: kindString, def: "", shown: "host name + `-` + pid",
+		meaning: "this instance's name in lease holders; `\"\"` means the default",
+		at:      func(c any) any { return &c.(*Config).InstanceID }},
+	{path: "leak_check_interval", kind: kindDuration, def: "10s", check: nonNegative,
+		meaning: "how often idle server connections are checked for hidden advisory locks; `0` turns the sweep off",
+		at:      func(c any) any { return &c.(*Config).LeakCheckInterval }},
+	{path: "shutdown_timeout", kind: kindDuration, def: "30s", check: nonNegative,
+		meaning: "on SIGTERM, how long running transactions may finish before clients get 57P01",
+		at:      func(c any) any { return &c.(*Config).ShutdownTimeout }},
+	{path: "client_login_timeout", kind: kindDuration, def: "15s", check: positive,
+		meaning: "startup and authentication must finish within this",
+		at:      func(c any) any { return &c.(*Config).ClientLoginTimeout }},
+	{path: "idle_transaction_timeout", kind: kindDuration, def: "0s", check: nonNegative,
+		meaning: "a client idle inside a transaction longer than this is closed (25P03); `0` turns it off",
+		at:      func(c any) any { return &c.(*Config).IdleTransactionTimeout }},
+	{path: "max_message_size", kind: kindSize, def: "64MB", check: sizeBetween(minMessageSize, maxMessageSize),
+		meaning: "a larger client message closes that client with 08P01 (bytes, or kB/MB/GB, 1024-based; 1kB to 1GB)",
+		at:      func(c any) any { return &c.(*Config).MaxMessageSize }},
+	{path: "max_client_connections", kind: kindInt, def: "10000", check: atLeast(1),
+		meaning: "logged-in clients over all applications; more get 53300 at login",
+		at:      func(c any) any { return &c.(*Config).MaxClientConnections }},
+	{path: "admin_token", kind: kindString, def: "",
+		meaning: "when set, `/debug/*` needs `Authorization: Bearer <token>` (`/metrics`, `/up`, `/health/ready` stay open)",
+		at:      func(c any) any { return &c.(*Config).AdminToken }},
+
+	{path: "tls", kind: kindSection, optional: true,
+		empty:   "tls is empty: set cert_file and key_file, or remove tls to serve without TLS",
+		meaning: "optional client-facing TLS",
+		at:      func(c any) any { c.(*Config).TLS = &TLS{}; return c.(*Config).TLS }},
+	{path: "tls.cert_file", kind: kindString, shown: "—",
+		meaning: "certificate (PEM) for client-facing TLS: lockpool answers SSLRequest with a real handshake; required when `tls` is set",
+		at:      func(t any) any { return &t.(*TLS).CertFile }},
+	{path: "tls.key_file", kind: kindString, shown: "—",
+		meaning: "its private key (PEM); required when `tls` is set",
+		at:      func(t any) any { return &t.(*TLS).KeyFile }},
+	{path: "tls.required", kind: kindBool, def: "false",
+		meaning: "refuse clients that do not ask for TLS (28000)",
+		at:      func(t any) any { return &t.(*TLS).Required }},
+
+	{path: "server", kind: kindSection,
+		meaning: "the PostgreSQL behind the proxy",
+		at:      func(c any) any { return &c.(*Config).Server }},
+	{path: "server.host", kind: kindString, def: "127.0.0.1",
+		check:   notEmpty("a host name, an IP address, or a Unix socket directory starting with /"),
+		meaning: "PostgreSQL host, or a Unix socket directory starting with `/`",
+		at:      func(s any) any { return &s.(*Server).Host }},
+	{path: "server.port", kind: kindInt, def: "5432", check: between(1, 65535),
+		meaning: "PostgreSQL port",
+		at:      func(s any) any { return &s.(*Server).Port }},
+	{path: "server.max_connections", kind: kindInt, def: "20", check: atLeast(1),
+		meaning: "this instance's server connections, all applications together (first come, first served)",
+		at:      func(s any) any { return &s.(*Server).MaxConnections }},
+	{path: "server.idle_timeout", kind: kindDuration, def: "60s", check: positive,
+		meaning: "idle server connections are closed after this",
+		at:      func(s any) any { return &s.(*Server).IdleTimeout }},
+	{path: "server.max_lifetime", kind: kindDuration, def: "1h", check: positive,
+		meaning: "server connections are closed at their next release after this",
+		at:      func(s any) any { return &s.(*Server).MaxLifetime }},
+	{path: "server.connect_timeout", kind: kindDuration, def: "5s", check: positive,
+		meaning: "dialing plus server login",
+		at:      func(s any) any { return &s.(*Server).ConnectTimeout }},
+	{path: "server.tls", kind: kindEnum, def: "prefer", options: []string{"disable", "prefer", "require", "verify-full"},
+		meaning: "TLS to PostgreSQL: `disable`, `prefer`, `require` or `verify-full` (as libpq's sslmode)",
+		at:      func(s any) any { return &s.(*Server).TLS }},
+	{path: "server.ca_file", kind: kindString, shown: "—",
+		meaning: "CA bundle that verifies the server's certificate (`require` or `verify-full`)",
+		at:      func(s any) any { return &s.(*Server).CAFile }},
+
+	{path: "users", kind: kindList,
+		meaning: "who may log in, and as whom lockpool logs in to PostgreSQL",
+		at: func(c any) any {
+			cfg := c.(*Config)
+			cfg.Users = append(cfg.Users, User{})
+			return &cfg.Users[len(cfg.Users)-1]
+		}},
+	{path: "users[].name", kind: kindString, shown: "—",
+		meaning: "a role clients log in as; lockpool logs in to PostgreSQL with the same name",
+		at:      func(u any) any { return &u.(*User).Name }},
+	{path: "users[].password", kind: kindString, shown: "—",
+		meaning: "its password (usually `${VAR}`), or a SCRAM verifier `SCRAM-SHA-256$4096:…` copied from `pg_authid.rolpassword`; required unless `auth_method: trust`",
+		at:      func(u any) any { return &u.(*User).Password }},
+
+	{path: "applications", kind: kindList,
+		meaning: "the connection budgets; a client is matched by its user (and database)",
+		at: func(c any) any {
+			cfg := c.(*Config)
+			cfg.Applications = append(cfg.Applications, Application{})
+			return &cfg.Applications[len(cfg.Applications)-1]
+		}},
+	{path: "applications[].name", kind: kindString, shown: "—",
+		meaning: "the budget's name (metrics label `app`)",
+		at:      func(a any) any { return &a.(*Application).Name }},
+	{path: "applications[].user", kind: kindString, shown: "—",
+		meaning: "clients logging in as this user belong to this application",
+		at:      func(a any) any { return &a.(*Application).User }},
+	{path: "applications[].database", kind: kindString, shown: "any",
+		meaning: "optional: only clients of this database",
+		at:      func(a any) any { return &a.(*Application).Database }},
+	{path: "applications[].pool_mode", kind: kindEnum, def: "transaction", options: []string{"transaction", "session"},
+		meaning: "`transaction` or `session` (the client keeps its connection)",
+		at:      func(a any) any { return &a.(*Application).PoolMode }},
+	{path: "applications[].max_connections", kind: kindInt, def: "4", check: atLeast(1),
+		meaning: "server connections this application may have open at once",
+		at:      func(a any) any { return &a.(*Application).MaxConnections }},
+	{path: "applications[].max_pinned", kind: kindInt, def: "1",
+		meaning: "of those, how many may be pinned at once (must be less than `max_connections`)",
+		at:      func(a any) any { return &a.(*Application).MaxPinned }},
+	{path: "applications[].advisory_locks", kind: kindEnum, def: "pin", options: []string{"pin", "reject", "allow"},
+		meaning: "`pin`, `reject` or `allow` (see Locks)",
+		at:      func(a any) any { return &a.(*Application).AdvisoryLocks }},
+	{path: "applications[].session_state", kind: kindEnum, def: "pin", options: []string{"pin", "reject", "allow"},
+		meaning: "`pin`, `reject` or `allow` for LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, SET ROLE, LOAD",
+		at:      func(a any) any { return &a.(*Application).SessionState }},
+	{path: "applications[].wait_timeout", kind: kindDuration, def: "5s", check: positive,
+		meaning: "how long a client waits for a connection or a pin slot (then 53300)",
+		at:      func(a any) any { return &a.(*Application).WaitTimeout }},
+	{path: "applications[].max_prepared_statements", kind: kindInt, def: "200", check: atLeast(1),
+		meaning: "protocol-level prepared statements kept per server connection (LRU)",
+		at:      func(a any) any { return &a.(*Application).MaxPreparedStatements }},
+	{path: "applications[].max_clients", kind: kindInt, def: "0", check: atLeast(0),
+		meaning: "logged-in clients of this application; more get 53300 at login; `0` means no limit",
+		at:      func(a any) any { return &a.(*Application).MaxClients }},
+
+	{path: "auth_query", kind: kindSection, optional: true,
+		meaning: "optional SCRAM verifier lookup for users not listed under `users`",
+		at:      func(c any) any { c.(*Config).AuthQuery = &AuthQuery{}; return c.(*Config).AuthQuery }},
+	{path: "auth_query.user", kind: kindString, shown: "—",
+		meaning: "a low-privilege role lockpool logs in as to look up SCRAM verifiers of users not listed under `users` (then no password list is needed); required when `auth_query` is set",
+		at:      func(q any) any { return &q.(*AuthQuery).User }},
+	{path: "auth_query.password", kind: kindString, shown: "—",
+		meaning: "its password (usually `${VAR}`)",
+		at:      func(q any) any { return &q.(*AuthQuery).Password }},
+	{path: "auth_query.database", kind: kindString, def: "postgres",
+		meaning: "where the lookup function lives",
+		at:      func(q any) any { return &q.(*AuthQuery).Database }},
+	{path: "auth_query.query", kind: kindString, def: "SELECT usename, passwd FROM lockpool.user_lookup($1)",
+		meaning: "returns (name, verifier) for `$1`",
+		at:      func(q any) any { return &q.(*AuthQuery).Query }},
+	{path: "auth_query.cache_ttl", kind: kindDuration, def: "60s",
+		meaning: "how long a looked-up verifier (or a miss) is reused",
+		at:      func(q any) any { return &q.(*AuthQuery).CacheTTL }},
+
+	{path: "leases", kind: kindSection,
+		meaning: "the lease store",
+		at:      func(c any) any { return &c.(*Config).Leases }},
+	{path: "leases.schema", kind: kindString, def: "lockpool", check: sqlIdentifier,
+		meaning: "where the lease table lives, in each database that uses leases (a lowercase SQL identifier)",
+		at:      func(l any) any { return &l.(*Leases).Schema }},
+	{path: "leases.max_connections", kind: kindInt, def: "2", check: atLeast(1),
+		meaning: "lockpool's own lease connections (plus one LISTEN connection per database with waiters)",
+		at:      func(l any) any { return &l.(*Leases).MaxConnections }},
+}
+
+const (
+	minMessageSize = 1 << 10
+	maxMessageSize = 1 << 30
+)
+
+// name is the key's own name, the last part of its path.
+func (k *key) name() string { return k.path[strings.LastIndexByte(k.path, '.')+1:] }
+
+// parent is the path of the section or list k belongs to ("" for the top
+// level), without the "[]" of list items.
+func (k *key) parent() string {
+	i := strings.LastIndexByte(k.path, '.')
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimSuffix(k.path[:i], "[]")
+}
+
+// isValue reports whether k holds a value (not a section or a list).
+func (k *key) isValue() bool { return k.kind != kindSection && k.kind != kindList }
+
+// children returns the keys declared directly in the section or list with
+// that path ("" for the top level), in table order.
+func children(path string) []*key {
+	var out []*key
+	for i := range keys {
+		if keys[i].parent() == path {
+			out = append(out, &keys[i])
+		}
+	}
+	return out
+}
+
+// set converts text, the value written for k (null: written empty), and
+// stores it in dst, which k.at returned. problem says what is wrong with the
+// value, for a message after "name: "; it quotes the value only as shown.
+func (k *key) set(dst any, text string, null bool, shown string) (problem string) {
+	switch k.kind {
+	case kindString:
+		*dst.(*string) = text
+	case kindEnum:
+		if null || !contains(k.options, text) {
+			return fmt.Sprintf("%s is not one of %s", shown, strings.Join(k.options, ", "))
+		}
+		*dst.(*string) = text
+	case kindBool:
+		switch strings.ToLower(strings.TrimSpace(text)) {
+		case "true", "yes", "on":
+			*dst.(*bool) = true
+		case "false", "no", "off":
+			*dst.(*bool) = false
+		default:
+			return shown + " is not true or false"
+		}
+	case kindInt:
+		if null {
+			return "missing value (an integer)"
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 0)
+		if err != nil {
+			return shown + " is not an integer"
+		}
+		*dst.(*int) = int(n)
+	case kindDuration:
+		if null {
+			return "missing value (a duration such as 250ms, 5s, 1m)"
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(text))
+		if err != nil {
+			return shown + " is not a duration (write a number with a unit: 250ms, 5s, 1m, 1h)"
+		}
+		*dst.(*time.Duration) = d
+	case kindSize:
+		if null {
+			return "missing value (bytes, or a size such as 64MB)"
+		}
+		n, ok := parseSize(text)
+		if !ok {
+			return shown + " is not a size (write bytes, or a number with kB, MB or GB: 64MB)"
+		}
+		*dst.(*int) = n
+	default:
+		panic("config: set on " + k.path + ", which holds no value")
+	}
+	return ""
+}
+
+// setDefault stores k's default in dst. A default that does not convert is
+// a bug in the table (a test converts every one).
+func (k *key) setDefault(dst any) {
+	if p := k.set(dst, k.def, false, strconv.Quote(k.def)); p != "" {
+		panic("config: default of " + k.path + ": " + p)
+	}
+}
+
+// load returns the value dst (from k.at) points to.
+func load(dst any) any {
+	switch d := dst.(type) {
+	case *string:
+		return *d
+	case *bool:
+		return *d
+	case *int:
+		return *d
+	case *time.Duration:
+		return *d
+	}
+	panic(fmt.Sprintf("config: no value behind %T", dst))
+}
+
+// check validates one key's final value. name is the key as messages show
+// it ("applications[0].max_connections"), v its value (string, bool, int or
+// time.Duration as its kind stores it) and quoted, for strings, the value as
+// written in the file, quoted (never the expansion of a ${VAR}). It returns
+// the whole message, or "" when v is valid.
+type check func(name string, v any, quoted string) string
+
+func positive(name string, v any, _ string) string {
+	if d := v.(time.Duration); d <= 0 {
+		return fmt.Sprintf("%s must be greater than 0 (got %s)", name, d)
+	}
+	return ""
+}
+
+func nonNegative(name string, v any, _ string) string {
+	if d := v.(time.Duration); d < 0 {
+		return fmt.Sprintf("%s must not be negative (got %s; 0 turns it off)", name, d)
+	}
+	return ""
+}
+
+func atLeast(min int) check {
+	return func(name string, v any, _ string) string {
+		if n := v.(int); n < min {
+			return fmt.Sprintf("%s must be at least %d (got %d)", name, min, n)
+		}
+		return ""
+	}
+}
+
+func between(lo, hi int) check {
+	return func(name string, v any, _ string) string {
+		if n := v.(int); n < lo || n > hi {
+			return fmt.Sprintf("%s must be between %d and %d (got %d)", name, lo, hi, n)
+		}
+		return ""
+	}
+}
+
+func sizeBetween(lo, hi int) check {
+	return func(name string, v any, _ string) string {
+		if n := v.(int); n < lo || n > hi {
+			return fmt.Sprintf("%s must be between %s and %s (got %d bytes)", name, sizeText(lo), sizeText(hi), n)
+		}
+		return ""
+	}
+}
+
+// sizeText writes n bytes with the largest unit that divides it.
+func sizeText(n int) string {
+	for _, u := range []struct {
+		name string
+		mult int
+	}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.Itoa(n/u.mult) + u.name
+		}
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+func notEmpty(hint string) check {
+	return func(name string, v any, _ string) string {
+		if v.(string) == "" {
+			return fmt.Sprintf("%s must not be empty (%s)", name, hint)
+		}
+		return ""
+	}
+}
+
+// hostPort accepts a host:port address; "" only when mayBeEmpty.
+func hostPort(mayBeEmpty bool) check {
+	return func(name string, v any, quoted string) string {
+		addr := v.(string)
+		if addr == "" {
+			if mayBeEmpty {
+				return ""
+			}
+			return name + " must not be empty (host:port, e.g. 127.0.0.1:6432)"
+		}
+		_, port, err := net.SplitHostPort(addr)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n < 0 || n > 65535 {
+			return fmt.Sprintf("%s: %s is not a host:port address (e.g. 127.0.0.1:6432)", name, quoted)
+		}
+		return ""
+	}
+}
+
+func sqlIdentifier(name string, v any, quoted string) string {
+	if msg := checkIdentifier(v.(string)); msg != "" {
+		return name + ": " + quoted + " " + msg
+	}
+	return ""
+}
+
+// The markers around README.md's key table.
+const (
+	KeysBegin = "<!-- keys:begin -->"
+	KeysEnd   = "<!-- keys:end -->"
+)
+
+// KeyTable returns the Markdown table of every configuration key (key,
+// default, meaning), generated from the key declarations. README.md holds
+// a copy between [KeysBegin] and [KeysEnd]; [SpliceKeyTable] renews it.
+func KeyTable() string {
+	var b strings.Builder
+	b.WriteString("| key | default | meaning |\n| --- | --- | --- |\n")
+	for i := range keys {
+		k := &keys[i]
+		if !k.isValue() {
+			continue
+		}
+		def := k.shown
+		if def == "" {
+			def = "`" + k.def + "`"
+			if k.def == "" {
+				def = "`\"\"`"
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.path, cell(def), cell(k.meaning))
+	}
+	return b.String()
+}
+
+// cell escapes the one character that would end a Markdown table cell.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// SpliceKeyTable returns doc with the lines between the KeysBegin and
+// KeysEnd marker lines replaced by [KeyTable]. Both markers must be present,
+// once each, in that order.
+func SpliceKeyTable(doc []byte) ([]byte, error) {
+	begin, end := []byte(KeysBegin+"\n"), []byte("\n"+KeysEnd)
+	if bytes.Count(doc, begin) != 1 || bytes.Count(doc, end) != 1 {
+		return nil, errors.New("need exactly one " + KeysBegin + " line and one " + KeysEnd + " line")
+	}
+	i := bytes.Index(doc, begin) + len(begin)
+	j := bytes.Index(doc, end)
+	if j < i-1 {
+		return nil, errors.New(KeysEnd + " comes before " + KeysBegin)
+	}
+	var out bytes.Buffer
+	out.Write(doc[:i])
+	out.WriteString(KeyTable()) // ends with a newline, which end starts with
+	out.Write(doc[j+1:])
+	return out.Bytes(), nil
+}

@@ -1,0 +1,36 @@
+// Package testenv is what lockpool's end-to-end tests (package integration)
+// and load tools (tools/bench, tools/soak) share to stand up PostgreSQL and
+// lockpool and to talk to them. It is an ordinary package so that the tools
+// can import it; only tests and tools do.
+//
+// It owns:
+//
+//   - lockpool in-process against the shared test cluster
+//     (internal/pgtest): from a list of applications ([Start], [App],
+//     [DefaultApp], [AppsYAML]), from a parsed configuration
+//     ([StartConfig]) or from a whole YAML text with its log captured
+//     ([StartYAML], [UserYAML]); and what a test does with a running one
+//     ([Lockpool]: DSN, URL, Connect, ConnectConfig, PsqlCmd, Metric,
+//     Pinned, Get);
+//   - the password of every test role and user ([Password]), connection
+//     strings and psql commands for a port ([DSN], [PsqlCmd]);
+//   - the lockpool binary, built once per test process ([LockpoolBinary],
+//     [BuildLockpool], [ModuleRoot]), and programs run as processes
+//     ([Process], [StartProcess], [StartLogged], [WaitReady],
+//     [StartLockpoolProcess]);
+//   - the stack the load tools run: a cluster with a role, a database and
+//     pgbench tables, and a lockpool process ([StartStack]);
+//   - the cluster side: a superuser connection ([SuperConn]), roles and
+//     databases made on demand ([EnsureRole], [EnsureDatabase]), backends
+//     and processes ([CountBackends], [CountServerConns], [BackendPID],
+//     [ClusterPIDs]), a process's CPU and memory ([ProcCPUTicks],
+//     [ProcRSSKB]);
+//   - PostgreSQL errors ([Code], [PgError], [RequireCode]) and the raw
+//     CancelRequest ([SendCancel]);
+//   - waiting, naming and logging ([Eventually], [Context],
+//     [SettleGoroutines], [UniqueName], [FreePort], [LogBuffer],
+//     [SkipOrFail], [Long], [DumpGoroutines]).
+//
+// Helpers of one subject (the lease SQL functions, pg_locks queries for a
+// key, session-state checks) stay with the tests of that subject.
+package testenv

@@ -1,0 +1,154 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/pgtest"
+)
+
+func TestAppsYAMLParses(t *testing.T) {
+	c := &pgtest.Cluster{Host: "127.0.0.1", Port: 5999}
+	session := App{Name: "s", User: "other", DB: "appdb", Max: 2, Pinned: 1, Advisory: "reject", State: "reject", Wait: "1s", Mode: "session", Extra: "    max_clients: 10"}
+	for _, tc := range []struct {
+		name      string
+		top       string
+		apps      []App
+		wantApps  []string
+		wantUsers int
+		wantLeak  time.Duration
+	}{
+		{name: "default app", wantApps: []string{"api"}, wantUsers: 1},
+		{name: "leak interval set by top", top: "leak_check_interval: 3s", wantApps: []string{"api"}, wantUsers: 1, wantLeak: 3 * time.Second},
+		{name: "two apps, one user each", apps: []App{DefaultApp(), session}, wantApps: []string{"api", "s"}, wantUsers: 2},
+		{name: "two apps of one user", apps: []App{DefaultApp(), {Name: "b", User: "app", DB: "postgres", Max: 2, Pinned: 1, Advisory: "pin", State: "pin", Wait: "2s"}}, wantApps: []string{"api", "b"}, wantUsers: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := AppsYAML(c, 7, tc.top, tc.apps...)
+			cfg, err := config.Parse([]byte(yaml), "test.yaml", nil)
+			if err != nil {
+				t.Fatalf("config.Parse: %v\n%s", err, yaml)
+			}
+			var names []string
+			for _, a := range cfg.Applications {
+				names = append(names, a.Name)
+			}
+			if fmt.Sprint(names) != fmt.Sprint(tc.wantApps) {
+				t.Errorf("applications %v, want %v", names, tc.wantApps)
+			}
+			if len(cfg.Users) != tc.wantUsers {
+				t.Errorf("%d users, want %d", len(cfg.Users), tc.wantUsers)
+			}
+			if cfg.Server.Port != 5999 || cfg.Server.MaxConnections != 7 {
+				t.Errorf("server port %d max %d, want 5999 and 7", cfg.Server.Port, cfg.Server.MaxConnections)
+			}
+			if got := cfg.LeakCheckInterval; got != tc.wantLeak {
+				t.Errorf("leak_check_interval %v, want %v", got, tc.wantLeak)
+			}
+		})
+	}
+}
+
+func TestUniqueName(t *testing.T) {
+	for _, tc := range []struct{ sub, prefix, want string }{
+		{"a-b.c#d", "t", "t_testuniquename_a_b_c_d"},
+		{"Mixed", "Tbl", "tbl_testuniquename_mixed"},
+		{strings.Repeat("x", 80), "t", ("t_testuniquename_" + strings.Repeat("x", 80))[:63]},
+	} {
+		t.Run(tc.sub, func(t *testing.T) {
+			if got := UniqueName(t, tc.prefix); got != tc.want {
+				t.Errorf("UniqueName = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCode(t *testing.T) {
+	pe := &pgconn.PgError{Code: "0A000", Message: "no"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"other error", context.Canceled, ""},
+		{"PostgreSQL error", pe, "0A000"},
+		{"wrapped", fmt.Errorf("query: %w", pe), "0A000"},
+	} {
+		if got := Code(tc.err); got != tc.want {
+			t.Errorf("%s: Code = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestLogBufferWaitFor(t *testing.T) {
+	var l LogBuffer
+	found := make(chan bool)
+	go func() { found <- l.WaitFor(context.Background(), "ready", nil) }()
+	_, _ = l.Write([]byte("starting\n"))
+	_, _ = l.Write([]byte("re"))
+	_, _ = l.Write([]byte("ady\n"))
+	if !<-found {
+		t.Fatal("WaitFor did not see a string written in two pieces")
+	}
+	if got := l.String(); got != "starting\nready\n" {
+		t.Errorf("String = %q", got)
+	}
+
+	stop := make(chan struct{})
+	close(stop)
+	if l.WaitFor(context.Background(), "never", stop) {
+		t.Error("WaitFor found a string never written")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if l.WaitFor(ctx, "never", nil) {
+		t.Error("WaitFor found a string never written (cancelled context)")
+	}
+}
+
+func TestProcess(t *testing.T) {
+	t.Run("exit status and output", func(t *testing.T) {
+		var out LogBuffer
+		cmd := exec.Command("/bin/sh", "-c", "echo hello; exit 3")
+		cmd.Stdout = &out
+		p, err := StartProcess(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Done()
+		if p.Alive() {
+			t.Error("Alive after Done")
+		}
+		var ee *exec.ExitError
+		if !errors.As(p.Err(), &ee) || ee.ExitCode() != 3 {
+			t.Errorf("Err = %v, want exit status 3", p.Err())
+		}
+		if out.String() != "hello\n" {
+			t.Errorf("output %q", out.String())
+		}
+	})
+	t.Run("Stop ends with SIGTERM", func(t *testing.T) {
+		p, err := StartLogged(t.TempDir(), "sleeper", nil, "/bin/sh", "-c", "echo started; exec sleep 30")
+		if err != nil {
+			t.Fatal(err)
+		}
+		Eventually(t, 10*time.Second, "\"started\" in the log file", func() bool { return p.LogTail(100) == "started\n" })
+		err = p.Stop(10 * time.Second)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Errorf("Stop = %v, want killed by SIGTERM", err)
+		}
+		if err := p.Stop(time.Second); err == nil {
+			t.Error("Stop of an exited process: nil error")
+		}
+	})
+}

@@ -1,0 +1,248 @@
+package wire
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+)
+
+// DefaultReleaseAfter is how long a new Reader's client may stay silent
+// before the Reader gives its buffer back.
+const DefaultReleaseAfter = 2 * time.Second
+
+// BufferPool lends read buffers of one size to Readers. One pool serves
+// all the Readers of a listener.
+type BufferPool struct {
+	size int
+	p    sync.Pool
+}
+
+// NewBufferPool returns a pool of size-byte buffers (size > 0).
+func NewBufferPool(size int) *BufferPool {
+	bp := &BufferPool{size: size}
+	bp.p.New = func() any { b := make([]byte, size); return &b }
+	return bp
+}
+
+// Size is the size of the pool's buffers.
+func (p *BufferPool) Size() int { return p.size }
+
+func (p *BufferPool) get() *[]byte { return p.p.Get().(*[]byte) }
+
+func (p *BufferPool) put(b *[]byte) {
+	if len(*b) == p.size {
+		p.p.Put(b)
+	}
+}
+
+// Conn is what a Reader reads: a net.Conn has it.
+type Conn interface {
+	Read(p []byte) (int, error)
+	SetReadDeadline(t time.Time) error
+}
+
+// Reader is a buffered reader of one client connection that borrows its
+// buffer from a BufferPool only while data flows: it gives the buffer back
+// whenever the buffer is empty and the client stays silent for the release
+// delay, so thousands of idle clients hold no read buffers. Peek, Discard
+// and Read behave like bufio.Reader's. A Reader is used by one goroutine.
+//
+// Everything Peek and Body return aliases the buffer and is valid until the
+// next call on the Reader (see the package documentation).
+type Reader struct {
+	c            Conn
+	pool         *BufferPool
+	bp           *[]byte // nil while idle
+	r, w         int
+	err          error // sticky read error (not timeouts)
+	releaseAfter time.Duration
+	one          [1]byte // the first byte after an idle wait
+	scratch      []byte  // bodies larger than the buffer
+}
+
+// NewReader returns a Reader of c with buffers from pool. initial holds
+// bytes already read from c (say by a startup reader) that come first.
+func NewReader(c Conn, pool *BufferPool, initial []byte) *Reader {
+	r := &Reader{c: c, pool: pool, releaseAfter: DefaultReleaseAfter}
+	if len(initial) > 0 {
+		if len(initial) > pool.size {
+			b := append([]byte(nil), initial...)
+			r.bp = &b
+		} else {
+			r.bp = pool.get()
+		}
+		r.w = copy(*r.bp, initial)
+	}
+	return r
+}
+
+// SetReleaseAfter sets how long the client may stay silent, with the buffer
+// empty, before the Reader gives its buffer back; 0 never gives it back.
+// While it is above 0 the Reader owns c's read deadline: it sets one for
+// the silent wait and clears it before any other read. Turn it off when
+// the caller sets read deadlines itself, and for TLS connections (a read
+// that timed out may leave TLS state unusable).
+func (b *Reader) SetReleaseAfter(d time.Duration) { b.releaseAfter = d }
+
+// Size is the buffer size: messages up to it can be peeked whole.
+func (b *Reader) Size() int { return b.pool.size }
+
+// Buffered is the number of bytes read from the client and not consumed.
+func (b *Reader) Buffered() int { return b.w - b.r }
+
+// Borrowed reports whether the Reader holds a buffer now.
+func (b *Reader) Borrowed() bool { return b.bp != nil }
+
+// Release gives the buffer back if it is empty (the client is idle).
+func (b *Reader) Release() {
+	if b.bp != nil && b.r == b.w {
+		b.pool.put(b.bp)
+		b.bp = nil
+		b.r, b.w = 0, 0
+	}
+}
+
+func (b *Reader) take() {
+	if b.bp == nil {
+		b.bp = b.pool.get()
+		b.r, b.w = 0, 0
+	}
+}
+
+// fill reads at least one more byte. An active client reads straight into
+// the buffer; one that stays silent for the release delay gives the buffer
+// back and then waits for its next byte without holding one.
+func (b *Reader) fill() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.bp != nil && b.r == b.w && b.releaseAfter > 0 {
+		b.r, b.w = 0, 0
+		_ = b.c.SetReadDeadline(time.Now().Add(b.releaseAfter))
+		n, err := b.c.Read(*b.bp)
+		// Clear the deadline: it is for this wait only, not for the
+		// rest of a message that may arrive slowly.
+		_ = b.c.SetReadDeadline(time.Time{})
+		b.w = n
+		switch {
+		case n > 0:
+			if err != nil && !isTimeout(err) {
+				b.err = err
+			}
+			return nil
+		case err == nil:
+			return nil
+		case !isTimeout(err):
+			return err
+		}
+		// Silent for releaseAfter: wait on without the buffer.
+	}
+	if b.bp == nil || (b.r == b.w && b.releaseAfter > 0) {
+		b.Release()
+		n, err := b.c.Read(b.one[:])
+		if n == 0 {
+			if err == nil {
+				err = io.ErrNoProgress
+			}
+			return err
+		}
+		b.take()
+		(*b.bp)[0] = b.one[0]
+		b.w = 1
+		if err != nil && !isTimeout(err) {
+			b.err = err
+		}
+		return nil
+	}
+	buf := *b.bp
+	if b.r > 0 {
+		copy(buf, buf[b.r:b.w])
+		b.w -= b.r
+		b.r = 0
+	}
+	n, err := b.c.Read(buf[b.w:])
+	b.w += n
+	if err != nil {
+		if n > 0 {
+			if !isTimeout(err) {
+				b.err = err
+			}
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// Peek returns the next n bytes without consuming them (n ≤ Size). With
+// fewer bytes available it returns them with the read error.
+func (b *Reader) Peek(n int) ([]byte, error) {
+	if n > b.pool.size {
+		return nil, io.ErrShortBuffer
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	for b.w-b.r < n {
+		if err := b.fill(); err != nil {
+			if b.bp == nil {
+				return nil, err
+			}
+			return (*b.bp)[b.r:b.w], err
+		}
+	}
+	return (*b.bp)[b.r : b.r+n], nil
+}
+
+// Discard consumes n buffered-or-future bytes.
+func (b *Reader) Discard(n int) (int, error) {
+	done := 0
+	for done < n {
+		if b.w == b.r {
+			if err := b.fill(); err != nil {
+				return done, err
+			}
+		}
+		k := min(n-done, b.w-b.r)
+		b.r += k
+		done += k
+	}
+	return done, nil
+}
+
+// Read reads into p, from the buffer first. With the buffer empty, a read
+// of at least Size bytes goes straight to the connection without one.
+func (b *Reader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.w == b.r {
+		if b.bp != nil && len(p) >= b.pool.size {
+			b.Release()
+		}
+		if b.bp == nil {
+			if b.err != nil {
+				return 0, b.err
+			}
+			return b.c.Read(p)
+		}
+		if err := b.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, (*b.bp)[b.r:b.w])
+	b.r += n
+	return n, nil
+}
+
+// Body reads and consumes the n-byte body of the message whose header was
+// just read (ReadBody with the Reader's own scratch buffer).
+func (b *Reader) Body(n int) ([]byte, error) { return ReadBody(b, n, &b.scratch) }
+
+// isTimeout reports a deadline error (net.Error and os.ErrDeadlineExceeded
+// both have Timeout).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
