@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 	"github.com/lockpool/lockpool/rewrite"
@@ -429,8 +430,8 @@ func (s *session) attachFailed(err error, simple bool) error {
 
 var errCanceled = &pgError{Code: "57014", Message: "lockpool: canceling statement due to user request", Hint: "A cancel request ended the wait."}
 
-func toPG(e *policy.Error) *pgError {
-	return &pgError{Code: e.Code, Message: e.Message, Hint: e.Hint}
+func toPG(e *pgerr.Error) *pgError {
+	return &pgError{Severity: e.Severity, Code: e.Code, Message: e.Message, Detail: e.Detail, Hint: e.Hint}
 }
 
 // localError answers an error with no server involved: with ReadyForQuery
