@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,168 +13,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Issue 2, acceptance 9: signals, on the real binary.
+// Signals, on the real binary: SIGTERM drains, SIGHUP reloads.
 
-var (
-	sigBuildOnce sync.Once
-	sigBinPath   string
-	sigBuildErr  error
-	sigBuildDir  string
-)
-
-// issue2Binary builds cmd/lockpool once per package run.
-func issue2Binary(t *testing.T) string {
-	t.Helper()
-	sigBuildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			sigBuildErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		sigBuildDir, err = os.MkdirTemp("", "lockpool-bin-")
-		if err != nil {
-			sigBuildErr = err
-			return
-		}
-		sigBinPath = filepath.Join(sigBuildDir, "lockpool")
-		cmd := exec.Command("go", "build", "-o", sigBinPath, "./cmd/lockpool")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sigBuildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if sigBuildErr != nil {
-		t.Fatal(sigBuildErr)
-	}
-	return sigBinPath
-}
-
-// sigBuffer is a goroutine-safe buffer for a process's stderr.
-type sigBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *sigBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *sigBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type sigProc struct {
-	cmd    *exec.Cmd
-	port   int
-	cfg    string
-	stderr *sigBuffer
-	exited chan struct{}
-	err    error
-}
-
-func (p *sigProc) dsn(user, db string) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable", p.port, user, appPassword, db)
-}
-
-// sigConfig is a config file for the binary.
-func sigConfig(c *pgtest.Cluster, port int, extra, user string, budget int) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:%d
-admin_listen: ""
-leak_check_interval: 0s
-%s
-server:
-  host: %s
-  port: %d
-  max_connections: 10
-users:
-  - name: %s
-    password: %s
-applications:
-  - name: sig
-    user: %[5]s
-    database: appdb
-    max_connections: %[7]d
-    max_pinned: 1
-    wait_timeout: 30s
-`, port, extra, c.Host, c.Port, user, appPassword, budget)
-}
-
-// startSigBinary runs the lockpool binary with the config text and waits until
-// it accepts connections.
-func startSigBinary(t *testing.T, cfgText func(port int) string) *sigProc {
-	t.Helper()
-	bin := issue2Binary(t)
-	dir := t.TempDir()
-	p := &sigProc{cfg: filepath.Join(dir, "config.yaml"), stderr: &sigBuffer{}, exited: make(chan struct{})}
-	for attempt := 0; ; attempt++ {
-		p.port = freePort(t)
-		if err := os.WriteFile(p.cfg, []byte(cfgText(p.port)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		p.cmd = exec.Command(bin, "-config", p.cfg)
-		p.cmd.Stderr = p.stderr
-		p.cmd.Stdout = p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.exited)
-		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(p.stderr.String(), "lockpool listening") {
-			select {
-			case <-p.exited:
-			default:
-				if time.Now().Before(deadline) {
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-			}
-			break
-		}
-		select {
-		case <-p.exited:
-			if attempt < 2 && strings.Contains(p.stderr.String(), "address already in use") {
-				p.stderr = &sigBuffer{}
-				p.exited = make(chan struct{})
-				continue
-			}
-			t.Fatalf("lockpool exited at start: %v\n%s", p.err, p.stderr.String())
-		default:
-		}
-		if !strings.Contains(p.stderr.String(), "lockpool listening") {
-			t.Fatalf("lockpool did not start listening:\n%s", p.stderr.String())
-		}
-		break
-	}
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("lockpool stderr:\n%s", p.stderr.String())
-		}
-	})
-	return p
+// signalsConfig is the binary's configuration for port: application "sig"
+// of user on appdb with budget, and the top-level lines extra.
+func signalsConfig(c *pgtest.Cluster, port int, extra, user string, budget int) string {
+	return testenv.AppsYAML(c, 10, fmt.Sprintf("listen: 127.0.0.1:%d\n%s", port, extra),
+		testenv.App{Name: "sig", User: user, DB: "appdb", Max: budget, Pinned: 1, Advisory: "pin", State: "pin", Wait: "30s"})
 }
 
 // SIGTERM with a transaction in flight: it commits, then lockpool exits 0.
 func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Require(t)
-	p := startSigBinary(t, func(port int) string {
-		return sigConfig(c, port, "shutdown_timeout: 20s", "app", 4)
+	p := testenv.StartLockpoolProcess(t, func(port int) string {
+		return signalsConfig(c, port, "shutdown_timeout: 20s", "app", 4)
 	})
 	ctx := context.Background()
 	tbl := uniqueName(t, "t")
@@ -185,13 +38,13 @@ func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 	if _, err := super.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int); GRANT ALL ON %[1]s TO PUBLIC", tbl)); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, p.dsn("app", "appdb"))
+	conn, err := pgx.Connect(ctx, p.DSN("app", "appdb"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
 	// An idle client with no transaction: it must not hold up the exit.
-	idle, err := pgx.Connect(ctx, p.dsn("app", "appdb"))
+	idle, err := pgx.Connect(ctx, p.DSN("app", "appdb"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,14 +57,14 @@ func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO "+tbl+" VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// lockpool stops accepting.
 	eventually(t, 5*time.Second, "lockpool to stop accepting new clients", func() bool {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		nc, err := pgx.Connect(cctx, p.dsn("app", "appdb"))
+		nc, err := pgx.Connect(cctx, p.DSN("app", "appdb"))
 		if err == nil {
 			_ = nc.Close(ctx)
 			return false
@@ -219,8 +72,8 @@ func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 		return true
 	})
 	select {
-	case <-p.exited:
-		t.Fatalf("lockpool exited with a transaction in flight: %v", p.err)
+	case <-p.Done():
+		t.Fatalf("lockpool exited with a transaction in flight: %v", p.Err())
 	default:
 	}
 	// The transaction goes on and commits.
@@ -236,13 +89,13 @@ func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 		t.Fatalf("rows after commit: %d, %v", n, err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatalf("lockpool still running 10 s after the last transaction committed (shutdown_timeout 20s)")
 	}
 	t.Logf("lockpool exited %v after the commit", time.Since(committed).Round(time.Millisecond))
-	if p.err != nil {
-		t.Fatalf("lockpool exit: %v, want status 0\n%s", p.err, p.stderr.String())
+	if p.Err() != nil {
+		t.Fatalf("lockpool exit: %v, want status 0\n%s", p.Err(), p.Log.String())
 	}
 	// Clients left get 57P01 (or see the connection closed).
 	_, err = conn.Exec(ctx, "SELECT 1")
@@ -257,12 +110,12 @@ func TestSIGTERMLetsTransactionCommit(t *testing.T) {
 func TestSIGHUPRaisesBudget(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Require(t)
-	p := startSigBinary(t, func(pt int) string { return sigConfig(c, pt, "", "hup", 2) })
+	p := testenv.StartLockpoolProcess(t, func(pt int) string { return signalsConfig(c, pt, "", "hup", 2) })
 	ctx := context.Background()
 	conns := make([]*pgx.Conn, 4)
 	pids := make([]uint32, 4)
 	for i := range conns {
-		cl, err := pgx.Connect(ctx, p.dsn("hup", "appdb"))
+		cl, err := pgx.Connect(ctx, p.DSN("hup", "appdb"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,14 +180,14 @@ func TestSIGHUPRaisesBudget(t *testing.T) {
 		t.Errorf("budget 2: 4 one-second transactions took only %v", tookBefore)
 	}
 
-	if err := os.WriteFile(p.cfg, []byte(sigConfig(c, p.port, "", "hup", 4)), 0o600); err != nil {
+	if err := os.WriteFile(p.ConfigPath, []byte(signalsConfig(c, p.Port, "", "hup", 4)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "\"configuration reloaded\" in lockpool's log", func() bool {
-		return strings.Contains(p.stderr.String(), "configuration reloaded")
+		return strings.Contains(p.Log.String(), "configuration reloaded")
 	})
 
 	after, tookAfter := round()
@@ -351,8 +204,8 @@ func TestSIGHUPRaisesBudget(t *testing.T) {
 		}
 	}
 	select {
-	case <-p.exited:
-		t.Fatalf("lockpool exited on SIGHUP: %v", p.err)
+	case <-p.Done():
+		t.Fatalf("lockpool exited on SIGHUP: %v", p.Err())
 	default:
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // 1. Application budget 1: four sessions hold leases, a fifth session's
@@ -20,7 +23,7 @@ import (
 func TestLeasesHoldNoConnection(t *testing.T) {
 	t.Parallel()
 	const role = "leasenohold"
-	leaseRole(t, role)
+	testenv.EnsureRole(t, pgtest.Require(t), role)
 	leaseTable(t, "lease_nohold_t", "id serial PRIMARY KEY, v text")
 	app := defaultApp()
 	app.name, app.user, app.max, app.pinned, app.wait = "nohold", role, 1, 0, "5s"
@@ -288,7 +291,7 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	ctx := context.Background()
 	name := "takeover-" + fmt.Sprint(time.Now().UnixNano())
 
-	holder, err := pgx.Connect(ctx, proc.dsn("app", "appdb"))
+	holder, err := pgx.Connect(ctx, proc.DSN("app", "appdb"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,9 +317,7 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 		t.Fatalf("waiter got %+v while the holder's instance was alive (ttl 3 s, renewed)", r)
 	default:
 	}
-	if err := proc.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	proc.Kill()
 	killed := time.Now()
 	select {
 	case r := <-done:

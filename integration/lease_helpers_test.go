@@ -1,14 +1,11 @@
 package integration
 
-// Helpers for the issue 4 lease acceptance tests (lease_*_test.go).
+// Helpers of the lease tests (lease_*_test.go): the lease SQL functions,
+// notices, and lockpool as a process with an instance id.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,45 +13,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // leaseApplicationName is what lockpool's lease store sets as
 // application_name on its own connections (lease/store.go).
 const leaseApplicationName = "lockpool-lease"
 
-var leaseRoleMu sync.Mutex
-
-// leaseRole creates a LOGIN role (password appPassword) if it does not exist.
-func leaseRole(t testing.TB, name string) {
-	t.Helper()
-	leaseRoleMu.Lock()
-	defer leaseRoleMu.Unlock()
-	su := superConn(t, "postgres")
-	ctx := context.Background()
-	var exists bool
-	if err := su.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
-	if exists {
-		return
-	}
-	if err := pgtest.Require(t).CreateRole(ctx, name, appPassword); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// leaseExecSuper runs SQL as the superuser in appdb.
-func leaseExecSuper(t testing.TB, sql string) {
-	t.Helper()
-	if err := pgtest.Require(t).Exec(context.Background(), "appdb", sql); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // leaseTable creates a table in appdb (as superuser) that every role may use.
 func leaseTable(t testing.TB, name, cols string) {
 	t.Helper()
-	leaseExecSuper(t, fmt.Sprintf("DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s (%[2]s); GRANT ALL ON %[1]s TO PUBLIC; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO PUBLIC", name, cols))
+	if err := pgtest.Require(t).Exec(context.Background(), "appdb", fmt.Sprintf("DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s (%[2]s); GRANT ALL ON %[1]s TO PUBLIC; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO PUBLIC", name, cols)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // noticeConn is a pgx connection through lockpool that records notices.
@@ -172,130 +143,12 @@ func findLease(rows []leaseListRow, name string) (leaseListRow, bool) {
 	return leaseListRow{}, false
 }
 
-var (
-	lockpoolBinOnce sync.Once
-	lockpoolBinPath string
-	lockpoolBinErr  error
-)
-
-// lockpoolBinary builds ./cmd/lockpool once per test binary.
-func lockpoolBinary(t testing.TB) string {
-	t.Helper()
-	lockpoolBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lockpool-lease-bin-")
-		if err != nil {
-			lockpoolBinErr = err
-			return
-		}
-		lockpoolBinPath = filepath.Join(dir, "lockpool")
-		cmd := exec.Command("go", "build", "-o", lockpoolBinPath, "github.com/lockpool/lockpool/cmd/lockpool")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			lockpoolBinErr = fmt.Errorf("go build ./cmd/lockpool: %v\n%s", err, out)
-		}
-	})
-	if lockpoolBinErr != nil {
-		t.Fatal(lockpoolBinErr)
-	}
-	return lockpoolBinPath
-}
-
-// lpProc is lockpool running as a separate process.
-type lpProc struct {
-	cmd    *exec.Cmd
-	port   int
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (p *lpProc) dsn(user, db string) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable", p.port, user, appPassword, db)
-}
-
-// startLockpoolProcess runs the lockpool binary with one application (user
-// app, database appdb) and the given instance id.
-func startLockpoolProcess(t *testing.T, instanceID string) *lpProc {
+// startLockpoolProcess runs the lockpool binary (-debug) with the default
+// application and instance id.
+func startLockpoolProcess(t *testing.T, instanceID string) *testenv.LockpoolProcess {
 	t.Helper()
 	c := pgtest.Require(t)
-	bin := lockpoolBinary(t)
-	port := freePort(t)
-	yaml := fmt.Sprintf(`listen: 127.0.0.1:%d
-admin_listen: ""
-auth_method: scram-sha-256
-instance_id: %s
-leak_check_interval: 0s
-server:
-  host: %s
-  port: %d
-  max_connections: 10
-users:
-  - name: app
-    password: %s
-applications:
-  - name: api
-    user: app
-    database: appdb
-    pool_mode: transaction
-    max_connections: 4
-    max_pinned: 1
-    advisory_locks: pin
-    session_state: pin
-    wait_timeout: 5s
-`, port, instanceID, c.Host, c.Port, appPassword)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "lockpool.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := &lpProc{port: port, stderr: &syncBuffer{}}
-	p.cmd = exec.Command(bin, "-config", path, "-debug")
-	p.cmd.Stdout = p.stderr
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("lockpool process log:\n%s", p.stderr.String())
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		conn, err := pgx.Connect(ctx, p.dsn("app", "appdb"))
-		cancel()
-		if err == nil {
-			_ = conn.Close(context.Background())
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatalf("lockpool process exited: %s", p.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lockpool process not accepting connections: %v\n%s", err, p.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return p
+	return testenv.StartLockpoolProcess(t, func(port int) string {
+		return testenv.AppsYAML(c, 10, fmt.Sprintf("listen: 127.0.0.1:%d\ninstance_id: %s", port, instanceID))
+	}, "-debug")
 }

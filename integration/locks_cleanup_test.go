@@ -4,34 +4,16 @@ package integration
 // the sweep finds locks the lexer cannot see.
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
-
-// lkSyncBuffer is a bytes.Buffer safe for a process writer and a reader.
-type lkSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lkSyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lkSyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Acceptance 7: SIGKILL of a pinned client process.
 func TestLocksSIGKILLPinnedClient(t *testing.T) {
@@ -51,7 +33,7 @@ func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lkSyncBuffer
+	var out testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@
 //     application's policy) and carries out the Decision.
 //   - Transaction-level advisory locks (the _xact_ functions) are always
 //     allowed: they end with their transaction, so pooling is safe.
-//   - Every error this package produces carries a SQLSTATE, a message that
-//     starts with "lockpool:", and a hint.
+//   - Every error this package produces is a fresh *pgerr.Error (severity
+//     ERROR) with a SQLSTATE, a message that starts with "lockpool:", and a
+//     hint.
 package policy

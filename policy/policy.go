@@ -1,6 +1,10 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/lockpool/lockpool/internal/pgerr"
+)
 
 // Mode is an application's policy for one kind of session-bound state.
 type Mode uint8
@@ -80,19 +84,10 @@ const (
 	Refuse
 )
 
-// Error is an error the proxy sends to the client.
-type Error struct {
-	Code    string // SQLSTATE
-	Message string // starts with "lockpool: "
-	Hint    string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
 // Decision is Decide's answer.
 type Decision struct {
 	Action Action
-	Err    *Error // set for Refuse
+	Err    *pgerr.Error // set for Refuse
 	// Reason is what the pin is for ("advisory_lock" or the state kind),
 	// for metrics labels.
 	Reason string
@@ -138,40 +133,32 @@ func Decide(in Input) Decision {
 
 // RejectAdvisory is the 0A000 error for a session-level advisory lock under
 // advisory_locks: reject.
-func RejectAdvisory(app, fn string) *Error {
+func RejectAdvisory(app, fn string) *pgerr.Error {
 	if fn == "" {
 		fn = "session-level advisory lock"
 	}
-	return &Error{
-		Code:    "0A000",
-		Message: fmt.Sprintf("lockpool: %s is not allowed for application %q: a session-level advisory lock would outlive its transaction on a pooled connection", fn, app),
-		Hint:    "Use pg_advisory_xact_lock inside a transaction, or SELECT lease_acquire('name', ttl_seconds) for a lock that holds no connection.",
-	}
+	return pgerr.Newf(pgerr.FeatureNotSupported,
+		"Use pg_advisory_xact_lock inside a transaction, or SELECT lease_acquire('name', ttl_seconds) for a lock that holds no connection.",
+		"%s is not allowed for application %q: a session-level advisory lock would outlive its transaction on a pooled connection", fn, app)
 }
 
 // RejectState is the 0A000 error for session state under session_state: reject.
-func RejectState(app, kind string) *Error {
-	return &Error{
-		Code:    "0A000",
-		Message: fmt.Sprintf("lockpool: %s is not allowed for application %q: session state cannot follow a client across pooled connections", kind, app),
-		Hint:    "Keep the state inside one transaction (SET LOCAL, ON COMMIT DROP temp tables, cursors without HOLD), or set session_state: pin for this application.",
-	}
+func RejectState(app, kind string) *pgerr.Error {
+	return pgerr.Newf(pgerr.FeatureNotSupported,
+		"Keep the state inside one transaction (SET LOCAL, ON COMMIT DROP temp tables, cursors without HOLD), or set session_state: pin for this application.",
+		"%s is not allowed for application %q: session state cannot follow a client across pooled connections", kind, app)
 }
 
 // PinTimeout is the 53300 error for a pin slot not free within wait_timeout.
-func PinTimeout(app string, maxPinned int, wait string) *Error {
-	return &Error{
-		Code:    "53300",
-		Message: fmt.Sprintf("lockpool: no pin slot free for application %q within %s (max_pinned %d)", app, wait, maxPinned),
-		Hint:    "Other sessions of this application hold session-level advisory locks or session state. Release them sooner, use pg_advisory_xact_lock or lease_acquire, or raise max_pinned.",
-	}
+func PinTimeout(app string, maxPinned int, wait string) *pgerr.Error {
+	return pgerr.Newf(pgerr.TooManyConnections,
+		"Other sessions of this application hold session-level advisory locks or session state. Release them sooner, use pg_advisory_xact_lock or lease_acquire, or raise max_pinned.",
+		"no pin slot free for application %q within %s (max_pinned %d)", app, wait, maxPinned)
 }
 
 // PoolTimeout is the 53300 error for no server connection within wait_timeout.
-func PoolTimeout(app string, maxConns int, wait string) *Error {
-	return &Error{
-		Code:    "53300",
-		Message: fmt.Sprintf("lockpool: no server connection free for application %q within %s (max_connections %d)", app, wait, maxConns),
-		Hint:    "All of this application's server connections are busy. Retry, shorten transactions, or raise the application's max_connections.",
-	}
+func PoolTimeout(app string, maxConns int, wait string) *pgerr.Error {
+	return pgerr.Newf(pgerr.TooManyConnections,
+		"All of this application's server connections are busy. Retry, shorten transactions, or raise the application's max_connections.",
+		"no server connection free for application %q within %s (max_connections %d)", app, wait, maxConns)
 }

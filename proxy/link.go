@@ -229,7 +229,7 @@ func (c *clientOut) end(pending []byte, pe *pgError) {
 	}
 	c.closed = true
 	if pe != nil {
-		pending = appendError(pending, 'E', pe.fatal())
+		pending = appendError(pending, 'E', pe.Fatal())
 	}
 	if len(pending) > 0 {
 		_ = c.conn.SetWriteDeadline(time.Now().Add(time.Second))

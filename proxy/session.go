@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 	"github.com/lockpool/lockpool/rewrite"
@@ -545,9 +546,7 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 	return s.localError(pe, simple)
 }
 
-func toPG(e *policy.Error) *pgError {
-	return &pgError{Code: e.Code, Message: e.Message, Hint: e.Hint}
-}
+func toPG(e *pgerr.Error) *pgError { return e }
 
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.

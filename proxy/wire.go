@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"io"
 )
 
@@ -78,76 +79,21 @@ func cstring(b []byte) (s []byte, rest []byte, ok bool) {
 	return nil, nil, false
 }
 
-// Notice/error field codes.
-const (
-	fieldSeverity    = 'S'
-	fieldSeverityV   = 'V'
-	fieldCode        = 'C'
-	fieldMessage     = 'M'
-	fieldDetail      = 'D'
-	fieldHint        = 'H'
-	defaultErrorRole = "ERROR"
-)
-
-// pgError is an error lockpool itself reports to a client.
-type pgError struct {
-	Severity string // ERROR or FATAL
-	Code     string
-	Message  string // starts with "lockpool: "
-	Detail   string
-	Hint     string
-}
-
-func (e *pgError) Error() string { return e.Code + ": " + e.Message }
-
-// fatal returns a copy of e with severity FATAL.
-func (e *pgError) fatal() *pgError {
-	c := *e
-	c.Severity = "FATAL"
-	return &c
-}
-
-// errShutdown is the FATAL a client gets when lockpool shuts down.
-func errShutdown() *pgError {
-	return &pgError{Severity: "FATAL", Code: "57P01", Message: "lockpool: terminating connection because lockpool is shutting down", Hint: "Reconnect; another lockpool instance or this one after its restart will serve you."}
-}
-
-// errCanceled ends a wait in lockpool that a cancel request stopped.
-func errCanceled() *pgError {
-	return &pgError{Code: "57014", Message: "lockpool: canceling statement due to user request", Hint: "A cancel request ended the wait."}
-}
-
-// errAborted answers a statement in a failed transaction block.
-func errAborted() *pgError {
-	return &pgError{Code: "25P02", Message: "current transaction is aborted, commands ignored until end of transaction block", Hint: "Roll back the transaction."}
-}
+// pgError is an error lockpool itself reports to a client: the one
+// SQLSTATE error type of internal/pgerr.
+type pgError = pgerr.Error
 
 // appendError appends an ErrorResponse (or NoticeResponse when typ is 'N').
-func appendError(dst []byte, typ byte, e *pgError) []byte {
-	sev := e.Severity
-	if sev == "" {
-		sev = defaultErrorRole
-	}
-	dst, start := appendHeader(dst, typ)
-	dst = append(dst, fieldSeverity)
-	dst = appendCString(dst, sev)
-	dst = append(dst, fieldSeverityV)
-	dst = appendCString(dst, sev)
-	dst = append(dst, fieldCode)
-	dst = appendCString(dst, e.Code)
-	dst = append(dst, fieldMessage)
-	dst = appendCString(dst, e.Message)
-	if e.Detail != "" {
-		dst = append(dst, fieldDetail)
-		dst = appendCString(dst, e.Detail)
-	}
-	if e.Hint != "" {
-		dst = append(dst, fieldHint)
-		dst = appendCString(dst, e.Hint)
-	}
-	dst = append(dst, 0)
-	return finishMsg(dst, start)
-}
+func appendError(dst []byte, typ byte, e *pgError) []byte { return e.AppendTo(dst, typ) }
+
+// errShutdown is the FATAL a client gets when lockpool shuts down.
+func errShutdown() *pgError { return pgerr.Shutdown() }
+
+// errCanceled ends a wait in lockpool that a cancel request stopped.
+func errCanceled() *pgError { return pgerr.Canceled() }
+
+// errAborted answers a statement in a failed transaction block.
+func errAborted() *pgError { return pgerr.InFailedTransaction() }
 
 // Replies lockpool sends as they are; never modified.
 var (

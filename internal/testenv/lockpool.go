@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,17 +44,19 @@ func DefaultApp() App {
 }
 
 // AppsYAML is a lockpool configuration for cluster c: server budget
-// serverMax, the top-level lines top (leak_check_interval is 0s unless top
-// sets it), one user per distinct App.User with [Password], and apps
-// ([DefaultApp] if none).
+// serverMax, the top-level lines top, one user per distinct App.User with
+// [Password], and apps ([DefaultApp] if none). Unless top sets them, listen
+// is 127.0.0.1:0, admin_listen is off, auth_method is scram-sha-256 and
+// leak_check_interval is 0s.
 func AppsYAML(c *pgtest.Cluster, serverMax int, top string, apps ...App) string {
 	if len(apps) == 0 {
 		apps = []App{DefaultApp()}
 	}
 	var b strings.Builder
-	b.WriteString("listen: 127.0.0.1:0\nadmin_listen: \"\"\nauth_method: scram-sha-256\n")
-	if !strings.Contains(top, "leak_check_interval:") {
-		b.WriteString("leak_check_interval: 0s\n")
+	for _, d := range [][2]string{{"listen", "127.0.0.1:0"}, {"admin_listen", `""`}, {"auth_method", "scram-sha-256"}, {"leak_check_interval", "0s"}} {
+		if !regexp.MustCompile(`(?m)^` + d[0] + `:`).MatchString(top) {
+			fmt.Fprintf(&b, "%s: %s\n", d[0], d[1])
+		}
 	}
 	fmt.Fprintf(&b, "%s\n", top)
 	fmt.Fprintf(&b, "server:\n  host: %s\n  port: %d\n  max_connections: %d\n", c.Host, c.Port, serverMax)

@@ -19,13 +19,15 @@ func TestAppsYAMLParses(t *testing.T) {
 	c := &pgtest.Cluster{Host: "127.0.0.1", Port: 5999}
 	session := App{Name: "s", User: "other", DB: "appdb", Max: 2, Pinned: 1, Advisory: "reject", State: "reject", Wait: "1s", Mode: "session", Extra: "    max_clients: 10"}
 	for _, tc := range []struct {
-		name      string
-		top       string
-		apps      []App
-		wantApps  []string
-		wantUsers int
-		wantLeak  time.Duration
+		name       string
+		top        string
+		apps       []App
+		wantApps   []string
+		wantUsers  int
+		wantLeak   time.Duration
+		wantListen string
 	}{
+		{name: "listen set by top", top: "listen: 127.0.0.1:7000\nadmin_listen: 127.0.0.1:7001", wantApps: []string{"api"}, wantUsers: 1, wantListen: "127.0.0.1:7000"},
 		{name: "default app", wantApps: []string{"api"}, wantUsers: 1},
 		{name: "leak interval set by top", top: "leak_check_interval: 3s", wantApps: []string{"api"}, wantUsers: 1, wantLeak: 3 * time.Second},
 		{name: "two apps, one user each", apps: []App{DefaultApp(), session}, wantApps: []string{"api", "s"}, wantUsers: 2},
@@ -49,6 +51,12 @@ func TestAppsYAMLParses(t *testing.T) {
 			}
 			if cfg.Server.Port != 5999 || cfg.Server.MaxConnections != 7 {
 				t.Errorf("server port %d max %d, want 5999 and 7", cfg.Server.Port, cfg.Server.MaxConnections)
+			}
+			if tc.wantListen == "" {
+				tc.wantListen = "127.0.0.1:0"
+			}
+			if cfg.Listen != tc.wantListen {
+				t.Errorf("listen %q, want %q", cfg.Listen, tc.wantListen)
 			}
 			if got := cfg.LeakCheckInterval; got != tc.wantLeak {
 				t.Errorf("leak_check_interval %v, want %v", got, tc.wantLeak)
