@@ -6,13 +6,14 @@ import (
 
 	"context"
 	"encoding/json"
-	"github.com/lockpool/lockpool/config"
 	"net/http"
 	"net/http/pprof"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lockpool/lockpool/config"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"

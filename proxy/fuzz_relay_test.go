@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/config"
 )
 
@@ -75,7 +77,7 @@ func (f *fuzzPG) serve(c net.Conn) {
 	out = append(out, 'R', 0, 0, 0, 8, 0, 0, 0, 0)
 	for _, kv := range [][2]string{{"server_version", "15.0"}, {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"},
 		{"TimeZone", "UTC"}, {"integer_datetimes", "on"}, {"standard_conforming_strings", "on"}} {
-		out = appendFrame(out, 'S', []byte(kv[0]+"\x00"+kv[1]+"\x00"))
+		out = wire.AppendFrame(out, 'S', []byte(kv[0]+"\x00"+kv[1]+"\x00"))
 	}
 	out = append(out, 'K', 0, 0, 0, 12, 0, 0, 0, 1, 0, 0, 0, 2)
 	out = append(out, 'Z', 0, 0, 0, 5, 'I')
@@ -127,7 +129,7 @@ applications:
 		f.Fatal(err)
 	}
 	as := s.rc.Load().apps["api"]
-	msg := func(typ byte, body string) []byte { return appendFrame(nil, typ, []byte(body)) }
+	msg := func(typ byte, body string) []byte { return wire.AppendFrame(nil, typ, []byte(body)) }
 	cat := func(parts ...[]byte) []byte {
 		var b []byte
 		for _, p := range parts {
@@ -169,7 +171,7 @@ applications:
 		// The client: one statement, then read until ReadyForQuery, EOF or
 		// a quiet second, then leave.
 		go func() {
-			_, _ = client.Write(appendQuery(nil, "SELECT 1"))
+			_, _ = client.Write(wire.AppendQuery(nil, "SELECT 1"))
 			cr := bufio.NewReader(client)
 			for {
 				_ = client.SetReadDeadline(time.Now().Add(200 * time.Millisecond))

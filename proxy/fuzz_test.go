@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/config"
 )
 
@@ -94,12 +96,12 @@ func FuzzFrame(f *testing.F) {
 			if i > len(data) {
 				t.Fatalf("readHeader made no progress")
 			}
-			typ, n, err := readHeader(br)
+			typ, n, err := wire.ReadHeader(br)
 			if err != nil {
 				if errors.Is(err, io.EOF) && consumed != len(data) {
 					t.Fatalf("io.EOF with %d of %d bytes consumed", consumed, len(data))
 				}
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errProtocol) {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrProtocol) {
 					t.Fatalf("unexpected error %v", err)
 				}
 				return

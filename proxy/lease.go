@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -157,7 +159,7 @@ func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 	}
 	status := s.status()
 	if status == 'E' {
-		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
 		return nil
 	}
 	args := make([]any, len(f.Lease.Args))
@@ -173,7 +175,7 @@ func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
 	if pe != nil {
 		return s.fail(pe, true)
 	}
-	s.pushLocal(appendReadyForQuery(buf, s.status()), nil)
+	s.pushLocal(wire.AppendReadyForQuery(buf, s.status()), nil)
 	return nil
 }
 
@@ -276,9 +278,9 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 	for _, r := range rows {
 		buf = appendDataRow(buf, cols, r, formats)
 	}
-	buf, start := appendHeader(buf, 'C')
-	buf = appendCString(buf, "SELECT "+strconv.Itoa(len(rows)))
-	buf = finishMsg(buf, start)
+	buf, start := wire.AppendHeader(buf, 'C')
+	buf = wire.AppendCString(buf, "SELECT "+strconv.Itoa(len(rows)))
+	buf = wire.FinishMsg(buf, start)
 	return buf, nil
 }
 
@@ -319,10 +321,10 @@ func formatFor(formats []int16, i int) int16 {
 }
 
 func appendRowDescription(buf []byte, cols []leaseCol, formats []int16) []byte {
-	buf, start := appendHeader(buf, 'T')
+	buf, start := wire.AppendHeader(buf, 'T')
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
 	for i, c := range cols {
-		buf = appendCString(buf, c.name)
+		buf = wire.AppendCString(buf, c.name)
 		buf = binary.BigEndian.AppendUint32(buf, 0)
 		buf = binary.BigEndian.AppendUint16(buf, 0)
 		buf = binary.BigEndian.AppendUint32(buf, c.oid)
@@ -330,13 +332,13 @@ func appendRowDescription(buf []byte, cols []leaseCol, formats []int16) []byte {
 		buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
 		buf = binary.BigEndian.AppendUint16(buf, uint16(formatFor(formats, i)))
 	}
-	return finishMsg(buf, start)
+	return wire.FinishMsg(buf, start)
 }
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []byte {
-	buf, start := appendHeader(buf, 'D')
+	buf, start := wire.AppendHeader(buf, 'D')
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
 	for i, v := range row {
 		if v == nil {
@@ -375,7 +377,7 @@ func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []by
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(val)))
 		buf = append(buf, val...)
 	}
-	return finishMsg(buf, start)
+	return wire.FinishMsg(buf, start)
 }
 
 // onLeaseParse handles Parse of a lease call: answered by lockpool.
@@ -388,7 +390,7 @@ func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) er
 	}
 	vs := &virtStmt{call: f.Lease, types: leaseParamTypes(f.Lease)}
 	// The client's declared parameter types win where given.
-	_, tail, _ := cstring(rest)
+	_, tail, _ := wire.CString(rest)
 	if len(tail) >= 2 {
 		n := int(binary.BigEndian.Uint16(tail))
 		tail = tail[2:]
@@ -442,7 +444,7 @@ func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
 		tail = tail[n:]
 		return b, true
 	}
-	bad := func() error { return protoErrorf("invalid Bind message") }
+	bad := func() error { return wire.ProtocolErrorf("invalid Bind message") }
 	b, ok := rd(2)
 	if !ok {
 		return bad()
@@ -568,12 +570,12 @@ func decodeNumeric(v []byte) (any, error) {
 func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
 	var buf []byte
 	if vp == nil {
-		buf, start := appendHeader(buf, 't')
+		buf, start := wire.AppendHeader(buf, 't')
 		buf = binary.BigEndian.AppendUint16(buf, uint16(len(vs.types)))
 		for _, t := range vs.types {
 			buf = binary.BigEndian.AppendUint32(buf, t)
 		}
-		buf = finishMsg(buf, start)
+		buf = wire.FinishMsg(buf, start)
 		s.pushLocal(appendRowDescription(buf, leaseCols(vs.call), nil), nil)
 		return nil
 	}

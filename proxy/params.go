@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/pool"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -153,11 +155,11 @@ func (s *session) appendStartupParams(buf []byte, srv map[string]string) []byte 
 		if cv, ok := s.params.vals[lk]; ok {
 			v = cv
 		}
-		buf = appendParameterStatus(buf, k, v)
+		buf = wire.AppendParameterStatus(buf, k, v)
 	}
 	for k, v := range s.params.vals {
 		if canon, ok := reportedNames[k]; ok && !seen[k] {
-			buf = appendParameterStatus(buf, canon, v)
+			buf = wire.AppendParameterStatus(buf, canon, v)
 		}
 	}
 	return buf
@@ -218,7 +220,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 	}
 	_ = sc.Net.SetDeadline(time.Now().Add(10 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(appendQuery(nil, q.String())); err != nil {
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
 		return nil, err
 	}
 	var perr *pgError
@@ -241,16 +243,16 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 				if s.params.vals[k] != val {
 					s.params.set(k, val)
 					if canon, ok := reportedNames[k]; ok {
-						ps = appendParameterStatus(ps, canon, val)
+						ps = wire.AppendParameterStatus(ps, canon, val)
 					}
 				}
 			})
 		case 'S':
-			k, rest, ok := cstring(body)
+			k, rest, ok := wire.CString(body)
 			if !ok {
 				return
 			}
-			v, _, _ := cstring(rest)
+			v, _, _ := wire.CString(rest)
 			st.params[lower(string(k))] = string(v)
 		}
 	})
@@ -329,7 +331,7 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 		}
 		q.WriteString("pg_catalog.current_setting(" + sqlLiteral(n) + ", true)")
 	}
-	if _, err := sc.Net.Write(appendQuery(nil, q.String())); err != nil {
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
 		return err
 	}
 	var perr error
@@ -338,9 +340,9 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 		case 'E':
 			perr = errors.New(errorMessage(body))
 		case 'S':
-			k, rest, ok := cstring(body)
+			k, rest, ok := wire.CString(body)
 			if ok {
-				v, _, _ := cstring(rest)
+				v, _, _ := wire.CString(rest)
 				st.params[lower(string(k))] = string(v)
 			}
 		case 'D':

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -92,15 +94,15 @@ func (s *session) onParse(n int) error {
 	if err != nil {
 		return err
 	}
-	name, rest, ok := cstring(body)
+	name, rest, ok := wire.CString(body)
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Parse message")
+		return wire.ProtocolErrorf("invalid Parse message")
 	}
-	query, _, ok := cstring(rest)
+	query, _, ok := wire.CString(rest)
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Parse message")
+		return wire.ProtocolErrorf("invalid Parse message")
 	}
 	if s.virt != nil {
 		s.forgetVirtual(name)
@@ -119,7 +121,7 @@ func (s *session) onParse(n int) error {
 			return s.attachFailed(err, false, begins)
 		}
 		s.unnamedHere = true
-		s.sout = appendFrame(s.sout, 'P', body)
+		s.sout = wire.AppendFrame(s.sout, 'P', body)
 		s.consume(n)
 		return nil
 	}
@@ -131,8 +133,8 @@ func (s *session) onParse(n int) error {
 	}
 	if f.LeaseFence && s.srv.leases != nil {
 		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
-		_, tail, _ := cstring(restCopy)
-		restCopy = append(appendCString(nil, q), tail...)
+		_, tail, _ := wire.CString(restCopy)
+		restCopy = append(wire.AppendCString(nil, q), tail...)
 	}
 	// A refusal is decided at Parse. A statement that may take a session
 	// lock takes its pin slot now too, before Parse attaches a server
@@ -187,11 +189,11 @@ func (s *session) forgetStmt(st *stmt) {
 }
 
 func appendHeaderBody(dst []byte, typ byte, head, body []byte) []byte {
-	dst, start := appendHeader(dst, typ)
+	dst, start := wire.AppendHeader(dst, typ)
 	dst = append(dst, head...)
 	dst = append(dst, 0)
 	dst = append(dst, body...)
-	return finishMsg(dst, start)
+	return wire.FinishMsg(dst, start)
 }
 
 // prepareOnServer makes sure the attached server has st. When fromParse,
@@ -221,7 +223,7 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		// PostgreSQL still has the stale statement under this name.
 		delete(srv.stale, st.srvName)
 		s.expect(reply{kind: replyClose, op: opSwallow})
-		s.sout = appendClose(s.sout, 'S', st.srvName)
+		s.sout = wire.AppendClose(s.sout, 'S', st.srvName)
 	}
 	if fromParse {
 		s.stmts[st.name] = st
@@ -234,12 +236,12 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 	if evict != "" {
 		s.app.prepEvict.Inc()
 		s.expect(reply{kind: replyClose, op: opSwallow})
-		s.sout = appendClose(s.sout, 'S', evict)
+		s.sout = wire.AppendClose(s.sout, 'S', evict)
 	}
 	switch {
 	case have && fromParse:
 		s.expect(reply{kind: replyClose, op: opAsParse, stmt: st})
-		s.sout = appendClose(s.sout, 'S', noopStmt)
+		s.sout = wire.AppendClose(s.sout, 'S', noopStmt)
 	case have:
 	case fromParse:
 		s.expect(reply{kind: replyParse, added: st.srvName, stmt: st})
@@ -262,15 +264,15 @@ func (s *session) onBind(n int) error {
 	if err != nil {
 		return err
 	}
-	portal, rest, ok := cstring(body)
+	portal, rest, ok := wire.CString(body)
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Bind message")
+		return wire.ProtocolErrorf("invalid Bind message")
 	}
-	name, tail, ok := cstring(rest)
+	name, tail, ok := wire.CString(rest)
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Bind message")
+		return wire.ProtocolErrorf("invalid Bind message")
 	}
 	if s.virt != nil {
 		if vs := s.virtualStmt(name); vs != nil {
@@ -299,8 +301,8 @@ func (s *session) onBind(n int) error {
 	// must outlive the read buffer.
 	if f.Advisory || len(f.State) > 0 || len(f.Sets) > 0 {
 		body = append([]byte(nil), body...)
-		portal, rest, _ = cstring(body)
-		_, tail, _ = cstring(rest)
+		portal, rest, _ = wire.CString(body)
+		_, tail, _ = wire.CString(rest)
 		s.consume(n)
 		n = -1
 		d := s.decide(f)
@@ -326,7 +328,7 @@ func (s *session) onBind(n int) error {
 		}
 		s.expect(reply{kind: replyBind})
 		// body aliases the read buffer; nothing read the client since.
-		s.sout = appendFrame(s.sout, 'B', body)
+		s.sout = wire.AppendFrame(s.sout, 'B', body)
 		return nil
 	}
 	if err := s.prepareOnServer(st, false); err != nil {
@@ -336,17 +338,8 @@ func (s *session) onBind(n int) error {
 		return nil
 	}
 	s.expect(reply{kind: replyBind, srv: st.srvName})
-	s.sout = appendBind(s.sout, portal, st.srvName, tail)
+	s.sout = wire.AppendBind(s.sout, portal, st.srvName, tail)
 	return nil
-}
-
-func appendBind(dst, portal []byte, stmtName string, tail []byte) []byte {
-	dst, start := appendHeader(dst, 'B')
-	dst = append(dst, portal...)
-	dst = append(dst, 0)
-	dst = appendCString(dst, stmtName)
-	dst = append(dst, tail...)
-	return finishMsg(dst, start)
 }
 
 // onDescribe handles Describe.
@@ -357,13 +350,13 @@ func (s *session) onDescribe(n int) error {
 	}
 	if len(body) < 2 {
 		s.consume(n)
-		return protoErrorf("invalid Describe message")
+		return wire.ProtocolErrorf("invalid Describe message")
 	}
 	kind := body[0]
-	name, _, ok := cstring(body[1:])
+	name, _, ok := wire.CString(body[1:])
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Describe message")
+		return wire.ProtocolErrorf("invalid Describe message")
 	}
 	if s.virt != nil {
 		if kind == 'S' {
@@ -396,7 +389,7 @@ func (s *session) onDescribe(n int) error {
 			s.consume(n)
 			return s.attachFailed(err, false, false)
 		}
-		s.sout = appendFrame(s.sout, 'D', msg)
+		s.sout = wire.AppendFrame(s.sout, 'D', msg)
 		s.consume(n)
 		return nil
 	}
@@ -412,10 +405,10 @@ func (s *session) onDescribe(n int) error {
 		return nil
 	}
 	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName})
-	buf, start := appendHeader(s.sout, 'D')
+	buf, start := wire.AppendHeader(s.sout, 'D')
 	buf = append(buf, 'S')
-	buf = appendCString(buf, st.srvName)
-	s.sout = finishMsg(buf, start)
+	buf = wire.AppendCString(buf, st.srvName)
+	s.sout = wire.FinishMsg(buf, start)
 	return nil
 }
 
@@ -428,13 +421,13 @@ func (s *session) onClose(n int) error {
 	}
 	if len(body) < 2 {
 		s.consume(n)
-		return protoErrorf("invalid Close message")
+		return wire.ProtocolErrorf("invalid Close message")
 	}
 	kind := body[0]
-	name, _, ok := cstring(body[1:])
+	name, _, ok := wire.CString(body[1:])
 	if !ok {
 		s.consume(n)
-		return protoErrorf("invalid Close message")
+		return wire.ProtocolErrorf("invalid Close message")
 	}
 	if s.virt != nil {
 		_, isStmt := s.virt[string(name)]
@@ -461,7 +454,7 @@ func (s *session) onClose(n int) error {
 		s.consume(n)
 		return s.attachFailed(err, false, false)
 	}
-	s.sout = appendFrame(s.sout, 'C', msg)
+	s.sout = wire.AppendFrame(s.sout, 'C', msg)
 	s.consume(n)
 	return nil
 }
@@ -474,10 +467,10 @@ func (s *session) onExecute(n int) error {
 		if err != nil {
 			return err
 		}
-		portal, _, ok := cstring(body)
+		portal, _, ok := wire.CString(body)
 		if !ok {
 			s.consume(n)
-			return protoErrorf("invalid Execute message")
+			return wire.ProtocolErrorf("invalid Execute message")
 		}
 		if vp := s.vportals[string(portal)]; vp != nil {
 			s.consume(n)
@@ -536,10 +529,10 @@ func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
 		case c.Kind == rewrite.Deallocate && f.Statements == 1 && simple && s.status() != 'E':
 			if _, ok := s.stmts[c.Name]; ok {
 				delete(s.stmts, c.Name)
-				buf, start := appendHeader(nil, 'C')
-				buf = appendCString(buf, "DEALLOCATE")
-				buf = finishMsg(buf, start)
-				s.pushLocal(appendReadyForQuery(buf, s.status()), nil)
+				buf, start := wire.AppendHeader(nil, 'C')
+				buf = wire.AppendCString(buf, "DEALLOCATE")
+				buf = wire.FinishMsg(buf, start)
+				s.pushLocal(wire.AppendReadyForQuery(buf, s.status()), nil)
 				return true
 			}
 		}

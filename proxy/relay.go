@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/pool"
 )
 
@@ -48,7 +50,7 @@ func (s *session) pump() error {
 				return err
 			}
 		}
-		typ, n, err := readHeader(r)
+		typ, n, err := wire.ReadHeader(r)
 		if err != nil {
 			return s.serverLost(err)
 		}
@@ -112,10 +114,10 @@ var errServerProtocol = errors.New("server sent an unexpected message")
 func (s *session) onServerMessage(typ byte, body []byte) error {
 	switch typ {
 	case 'N', 'A':
-		s.cout = appendFrame(s.cout, typ, body)
+		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case 'S':
-		s.cout = appendFrame(s.cout, typ, body)
+		s.cout = wire.AppendFrame(s.cout, typ, body)
 		s.onParameterStatus(body)
 		return nil
 	}
@@ -124,7 +126,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 		return s.serverLost(fmt.Errorf("%w: %q with no reply owed", errServerProtocol, typ))
 	}
 	if typ == 'E' {
-		s.cout = appendFrame(s.cout, typ, body)
+		s.cout = wire.AppendFrame(s.cout, typ, body)
 		if sev := errorSeverity(body); sev == "FATAL" || sev == "PANIC" {
 			s.sawFatal = true
 		}
@@ -163,7 +165,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return s.onReady(body)
 		}
 		s.noteCopy(typ)
-		s.cout = appendFrame(s.cout, typ, body)
+		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case replySync:
 		if typ != 'Z' {
@@ -187,9 +189,9 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 	case replyDescribeStmt:
 		switch typ {
 		case 't':
-			s.cout = appendFrame(s.cout, typ, body)
+			s.cout = wire.AppendFrame(s.cout, typ, body)
 		case 'T', 'n':
-			s.cout = appendFrame(s.cout, typ, body)
+			s.cout = wire.AppendFrame(s.cout, typ, body)
 			s.popServer(false)
 		default:
 			return errServerProtocol
@@ -198,18 +200,18 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		if typ != 'T' && typ != 'n' {
 			return errServerProtocol
 		}
-		s.cout = appendFrame(s.cout, typ, body)
+		s.cout = wire.AppendFrame(s.cout, typ, body)
 		s.popServer(false)
 	case replyExecute:
 		switch typ {
 		case 'C', 'I', 's':
 			if f.op == opPass {
-				s.cout = appendFrame(s.cout, typ, body)
+				s.cout = wire.AppendFrame(s.cout, typ, body)
 			}
 			s.popServer(false)
 		case 'D', 'd', 'c', 'G', 'H', 'W':
 			s.noteCopy(typ)
-			s.cout = appendFrame(s.cout, typ, body)
+			s.cout = wire.AppendFrame(s.cout, typ, body)
 		default:
 			return errServerProtocol
 		}
@@ -275,7 +277,7 @@ func (s *session) onReady(body []byte) error {
 		}
 	}
 	s.txStatus = body[0]
-	s.cout = appendReadyForQuery(s.cout, s.txStatus)
+	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
 	s.emitFront()
 	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
 	return nil
@@ -369,11 +371,11 @@ func (s *session) insertLeaseWarnings() {
 // onParameterStatus records a parameter the server reports changed while
 // the client runs: it is now the client's value.
 func (s *session) onParameterStatus(b []byte) {
-	k, rest, ok := cstring(b)
+	k, rest, ok := wire.CString(b)
 	if !ok {
 		return
 	}
-	v, _, ok := cstring(rest)
+	v, _, ok := wire.CString(rest)
 	if !ok {
 		return
 	}
@@ -561,7 +563,7 @@ var probeReasons = [...]string{"advisory_lock", "listen", "temp_table", "cursor"
 func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(appendQuery(nil, probeSQL)); err != nil {
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, probeSQL)); err != nil {
 		return false, "", err
 	}
 	var row []byte
@@ -595,7 +597,7 @@ func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 // passing each to fn (body valid only during the call).
 func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 	for {
-		typ, n, err := readHeader(sc.Reader)
+		typ, n, err := wire.ReadHeader(sc.Reader)
 		if err != nil {
 			return err
 		}
@@ -624,7 +626,7 @@ func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 func errorField(body []byte, field byte) (string, bool) {
 	for len(body) > 0 && body[0] != 0 {
 		f := body[0]
-		v, rest, ok := cstring(body[1:])
+		v, rest, ok := wire.CString(body[1:])
 		if !ok {
 			break
 		}
@@ -665,7 +667,7 @@ func errorSeverity(body []byte) string {
 func (s *session) resetServer(sc *pool.Conn) bool {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(appendQuery(nil, "DISCARD ALL")); err != nil {
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, "DISCARD ALL")); err != nil {
 		return false
 	}
 	failed := false

@@ -14,12 +14,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// clientBufSize is the read buffer a session borrows while its client
+// sends; an idle session holds none.
+const clientBufSize = 8 << 10
 
 // Options are the dependencies of a Server.
 type Options struct {
@@ -73,6 +79,7 @@ type Server struct {
 	ln          net.Listener
 	sessions    map[uint32]*session // by lockpool's own backend pid
 	stmts       stmtCatalog         // server statements known across sessions
+	bufs        *wire.BufferPool    // client read buffers, lent while data flows
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
 	nextPID     uint32
@@ -98,6 +105,7 @@ func New(opts Options) (*Server, error) {
 		log:      logger,
 		leases:   opts.Leases,
 		sessions: make(map[uint32]*session),
+		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
 	}
 	var pid [4]byte

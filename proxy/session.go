@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
@@ -38,7 +40,7 @@ var errSessionEnd = errors.New("session ended")
 type session struct {
 	srv      *Server
 	conn     net.Conn
-	r        *lazyReader
+	r        *wire.Reader
 	out      clientOut
 	app      *appState
 	user     string
@@ -108,14 +110,14 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		early, _ = br.Peek(n)
 	}
 	s := &session{
-		srv: srv, conn: conn, r: newLazyReader(conn, early), app: as, user: user, database: database,
+		srv: srv, conn: conn, r: wire.NewReader(conn, srv.bufs, early), app: as, user: user, database: database,
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
 	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
 		// A read that times out may leave TLS state unusable: TLS clients
 		// keep their buffer.
-		s.r.releaseAfter = 0
+		s.r.SetReleaseAfter(0)
 	}
 	s.startup = s.params.init(params)
 	return s
@@ -148,7 +150,7 @@ func (s *session) serve() {
 				return
 			}
 		}
-		typ, n, err := readHeader(s.r)
+		typ, n, err := wire.ReadHeader(s.r)
 		if s.watchDone != nil {
 			if werr := s.stopWatch(); werr != nil {
 				s.end(werr)
@@ -160,7 +162,7 @@ func (s *session) serve() {
 				s.end(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
 				return
 			}
-			if errors.Is(err, errProtocol) {
+			if errors.Is(err, wire.ErrProtocol) {
 				s.end(err)
 			}
 			return
@@ -223,7 +225,7 @@ func (s *session) dispatch(typ byte, n int) error {
 		}
 		return s.forwardBody(typ, n)
 	}
-	return protoErrorf("invalid frontend message type %d", typ)
+	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
 }
 
 // end finishes a session that must stop: a FATAL error is the last thing
@@ -235,7 +237,7 @@ func (s *session) end(err error) {
 		s.out.end(s.cout, nil)
 		return
 	case errors.As(err, &pe):
-	case errors.Is(err, errProtocol):
+	case errors.Is(err, wire.ErrProtocol):
 		pe = &pgError{Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."}
 	default:
 		s.out.end(nil, nil)
@@ -553,7 +555,7 @@ func toPG(e *pgerr.Error) *pgError { return e }
 func (s *session) localError(pe *pgError, simple bool) error {
 	buf := appendError(nil, 'E', pe)
 	if simple {
-		buf = appendReadyForQuery(buf, s.status())
+		buf = wire.AppendReadyForQuery(buf, s.status())
 	} else {
 		s.skipping = true
 	}
@@ -574,14 +576,14 @@ func (s *session) fail(pe *pgError, simple bool) error {
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			return s.attachFailed(err, true, false)
 		}
-		s.sout = appendQuery(s.sout, sql)
+		s.sout = wire.AppendQuery(s.sout, sql)
 		return nil
 	}
 	s.expect(reply{kind: replyParse, op: opSwallow})
 	s.expect(reply{kind: replyBind, op: opSwallow})
 	s.expect(reply{kind: replyExecute, op: opPass})
-	s.sout = appendParse(s.sout, "", sql, nil)
-	s.sout = appendBindExecute(s.sout, "")
+	s.sout = wire.AppendParse(s.sout, "", sql, nil)
+	s.sout = wire.AppendBindExecute(s.sout, "")
 	s.unnamedHere = false
 	s.skipping = true
 	return nil
@@ -768,7 +770,7 @@ func (s *session) onQuery(n int) error {
 	}
 	if len(body) == 0 || body[len(body)-1] != 0 {
 		s.consume(n)
-		return protoErrorf("invalid Query message")
+		return wire.ProtocolErrorf("invalid Query message")
 	}
 	f := analyze(body[:len(body)-1])
 	if !f.Hit() {
@@ -781,7 +783,7 @@ func (s *session) onQuery(n int) error {
 			return s.attachFailed(err, true, begins)
 		}
 		// body aliases the read buffer; nothing read the client since.
-		s.sout = appendFrame(s.sout, 'Q', body)
+		s.sout = wire.AppendFrame(s.sout, 'Q', body)
 		s.consume(n)
 		return nil
 	}
@@ -808,7 +810,7 @@ func (s *session) onQuery(n int) error {
 	if err := s.toServer(replyQuery, opPass); err != nil {
 		return s.attachFailed(err, true, txCommandOf([]byte(sql)) == txBegin)
 	}
-	s.sout = appendQuery(s.sout, sql)
+	s.sout = wire.AppendQuery(s.sout, sql)
 	return nil
 }
 
@@ -825,7 +827,7 @@ func (s *session) onSync(n int) error {
 	}
 	if s.link.sc == nil {
 		s.unsynced = false
-		s.pushLocal(appendReadyForQuery(nil, s.status()), nil)
+		s.pushLocal(wire.AppendReadyForQuery(nil, s.status()), nil)
 		return nil
 	}
 	if err := s.toServer(replySync, opPass); err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/wire"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lockpool/lockpool/auth"
@@ -28,7 +30,7 @@ const (
 )
 
 // startupReadBuf is the read buffer of the startup and login phase (the
-// session then reads through its own lazyReader).
+// session then reads through its own wire.Reader).
 const startupReadBuf = 512
 
 // handleConn runs one client connection from its first byte to its close.
@@ -153,13 +155,13 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]s
 			}
 			if code != protocol30 || len(unknown) > 0 {
 				// Newer minor version or _pq_ options: answer as PostgreSQL does.
-				buf, start := appendHeader(nil, 'v')
+				buf, start := wire.AppendHeader(nil, 'v')
 				buf = binary.BigEndian.AppendUint32(buf, protocol30)
 				buf = binary.BigEndian.AppendUint32(buf, uint32(len(unknown)))
 				for _, u := range unknown {
-					buf = appendCString(buf, u)
+					buf = wire.AppendCString(buf, u)
 				}
-				if _, err := conn.Write(finishMsg(buf, start)); err != nil {
+				if _, err := conn.Write(wire.FinishMsg(buf, start)); err != nil {
 					return conn, br, nil, err
 				}
 			}
@@ -172,11 +174,11 @@ func parseStartupParams(b []byte) (map[string]string, []string, error) {
 	params := make(map[string]string, 8)
 	var unknown []string
 	for len(b) > 0 && b[0] != 0 {
-		k, rest, ok := cstring(b)
+		k, rest, ok := wire.CString(b)
 		if !ok {
 			return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
 		}
-		v, rest2, ok := cstring(rest)
+		v, rest2, ok := wire.CString(rest)
 		if !ok {
 			return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
 		}
@@ -218,15 +220,15 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 }
 
 func (a *authConn) ReceivePassword() ([]byte, error) {
-	typ, n, err := readHeader(a.br)
+	typ, n, err := wire.ReadHeader(a.br)
 	if err != nil {
 		return nil, err
 	}
 	if typ != 'p' {
-		return nil, protoErrorf("expected password message, got %q", typ)
+		return nil, wire.ProtocolErrorf("expected password message, got %q", typ)
 	}
 	if n > 64<<10 {
-		return nil, protoErrorf("password message too long")
+		return nil, wire.ProtocolErrorf("password message too long")
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(a.br, body); err != nil {
@@ -307,7 +309,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 	buf = append(buf, 'K', 0, 0, 0, 12)
 	buf = binary.BigEndian.AppendUint32(buf, ss.pid)
 	buf = binary.BigEndian.AppendUint32(buf, ss.secret)
-	buf = appendReadyForQuery(buf, 'I')
+	buf = wire.AppendReadyForQuery(buf, 'I')
 	if _, err := conn.Write(buf); err != nil {
 		s.unregister(ss)
 		return nil, err

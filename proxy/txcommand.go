@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/lockpool/lockpool/rewrite"
+import (
+	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/rewrite"
+)
 
 // txCommand is what the first statement of a query does to the transaction
 // block, as far as lockpool needs to know.
@@ -143,7 +146,7 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 			}
 			if len(body) == 0 || body[len(body)-1] != 0 {
 				_ = s.discard(n)
-				return protoErrorf("invalid Query message")
+				return wire.ProtocolErrorf("invalid Query message")
 			}
 			sql := body[:len(body)-1]
 			if c := txCommandOf(sql); c == txExit || c == txCommit {
@@ -154,25 +157,25 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 				}
 				_ = s.discard(n)
 				s.localTx = 0
-				s.pushLocal(appendReadyForQuery(appendCommandComplete(nil, "ROLLBACK"), 'I'), nil)
+				s.pushLocal(wire.AppendReadyForQuery(wire.AppendCommandComplete(nil, "ROLLBACK"), 'I'), nil)
 				return nil
 			}
 		}
 		if err := s.discard(n); err != nil {
 			return err
 		}
-		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
 		return nil
 	case 'P':
 		body, err := s.body(n)
 		if err != nil {
 			return err
 		}
-		_, rest, ok := cstring(body)
-		query, _, ok2 := cstring(rest)
+		_, rest, ok := wire.CString(body)
+		query, _, ok2 := wire.CString(rest)
 		if !ok || !ok2 {
 			s.consume(n)
-			return protoErrorf("invalid Parse message")
+			return wire.ProtocolErrorf("invalid Parse message")
 		}
 		c := txCommandOf(query)
 		s.consume(n)
@@ -194,7 +197,7 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 			case 'E':
 				s.localExit = false
 				s.localTx = 0
-				s.pushLocal(appendCommandComplete(nil, "ROLLBACK"), nil)
+				s.pushLocal(wire.AppendCommandComplete(nil, "ROLLBACK"), nil)
 			}
 			return nil
 		}
@@ -209,7 +212,7 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 			return err
 		}
 		s.skipping = false
-		s.pushLocal(appendReadyForQuery(nil, s.status()), nil)
+		s.pushLocal(wire.AppendReadyForQuery(nil, s.status()), nil)
 		return nil
 	case 'H', 'd', 'c', 'f':
 		return s.discard(n)
@@ -217,20 +220,13 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 		if err := s.discard(n); err != nil {
 			return err
 		}
-		s.pushLocal(appendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
+		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
 		return nil
 	default:
-		return protoErrorf("invalid frontend message type %d", typ)
+		return wire.ProtocolErrorf("invalid frontend message type %d", typ)
 	}
 	// An extended-protocol message that does not end the block.
 	s.skipping = true
 	s.pushLocal(appendError(nil, 'E', errAborted()), nil)
 	return nil
-}
-
-// appendCommandComplete appends a CommandComplete with tag.
-func appendCommandComplete(dst []byte, tag string) []byte {
-	dst, start := appendHeader(dst, 'C')
-	dst = appendCString(dst, tag)
-	return finishMsg(dst, start)
 }

@@ -59,6 +59,25 @@ type Reader struct {
 	releaseAfter time.Duration
 	one          [1]byte // the first byte after an idle wait
 	scratch      []byte  // bodies larger than the buffer
+	// deadline is the owner's limit for the client's next byte (say an
+	// idle-in-transaction timeout); zero for none. The Reader is the only
+	// one that sets the connection's read deadline: it combines this one
+	// with its own release delay.
+	deadline time.Time
+	applied  time.Time // the read deadline last set on c
+}
+
+// SetDeadline sets the limit for the client's next byte: a read that
+// passes it fails with a timeout error (the zero time: no limit). Set read
+// deadlines only through it.
+func (b *Reader) SetDeadline(t time.Time) { b.deadline = t }
+
+// setReadDeadline sets c's read deadline when it changes.
+func (b *Reader) setReadDeadline(t time.Time) {
+	if !t.Equal(b.applied) {
+		_ = b.c.SetReadDeadline(t)
+		b.applied = t
+	}
 }
 
 // NewReader returns a Reader of c with buffers from pool. initial holds
@@ -119,11 +138,15 @@ func (b *Reader) fill() error {
 	}
 	if b.bp != nil && b.r == b.w && b.releaseAfter > 0 {
 		b.r, b.w = 0, 0
-		_ = b.c.SetReadDeadline(time.Now().Add(b.releaseAfter))
+		// The release delay is for this wait only; the next read goes
+		// back to the owner's deadline (setReadDeadline below), so the
+		// rest of a message may arrive slowly.
+		release := time.Now().Add(b.releaseAfter)
+		if !b.deadline.IsZero() && b.deadline.Before(release) {
+			release = b.deadline
+		}
+		b.setReadDeadline(release)
 		n, err := b.c.Read(*b.bp)
-		// Clear the deadline: it is for this wait only, not for the
-		// rest of a message that may arrive slowly.
-		_ = b.c.SetReadDeadline(time.Time{})
 		b.w = n
 		switch {
 		case n > 0:
@@ -135,9 +158,12 @@ func (b *Reader) fill() error {
 			return nil
 		case !isTimeout(err):
 			return err
+		case !b.deadline.IsZero() && !time.Now().Before(b.deadline):
+			return err // the owner's deadline passed
 		}
 		// Silent for releaseAfter: wait on without the buffer.
 	}
+	b.setReadDeadline(b.deadline)
 	if b.bp == nil || (b.r == b.w && b.releaseAfter > 0) {
 		b.Release()
 		n, err := b.c.Read(b.one[:])
@@ -225,6 +251,7 @@ func (b *Reader) Read(p []byte) (int, error) {
 			if b.err != nil {
 				return 0, b.err
 			}
+			b.setReadDeadline(b.deadline)
 			return b.c.Read(p)
 		}
 		if err := b.fill(); err != nil {
