@@ -190,7 +190,7 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 
 	// Idle level again: goroutines, and server connections (idle_timeout 2s).
 	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
-		t.Errorf("goroutines: %d after the load, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
+		t.Errorf("goroutines: %d after the load, %d at idle before it\n%s", n, baseline, testenv.DumpGoroutines(t))
 	}
 	su := superConn(t, "postgres")
 	eventually(t, 15*time.Second, "server connections to close after idle_timeout", func() bool {

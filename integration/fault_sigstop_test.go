@@ -160,6 +160,6 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 		_ = conn.Close(ctx)
 	}
 	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
-		t.Errorf("goroutines: %d after the freeze, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
+		t.Errorf("goroutines: %d after the freeze, %d at idle before it\n%s", n, baseline, testenv.DumpGoroutines(t))
 	}
 }
