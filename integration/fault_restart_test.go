@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 1: PostgreSQL restarted under load. Only the
+// PostgreSQL restarted under load. Only the
 // transactions in flight fail; every client commits again within 3 s of
 // PostgreSQL accepting connections; afterwards lockpool's goroutines and
 // server connections return to their idle level.

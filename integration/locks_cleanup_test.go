@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 7 and 8: a killed client leaves no lock behind, and
+// A killed client leaves no lock behind, and
 // the sweep finds locks the lexer cannot see.
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Acceptance 7: SIGKILL of a pinned client process.
+// SIGKILL of a pinned client process.
 func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/psql"); err != nil {
@@ -100,7 +100,7 @@ func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	lkMustExec(t, c, "SELECT pg_advisory_unlock_all()")
 }
 
-// Acceptance 8: a lock taken inside a PL/pgSQL function is found by the
+// A lock taken inside a PL/pgSQL function is found by the
 // sweep, its connection closed and counted, and nobody ever gets it.
 func TestLocksLeakSweep(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 1–3: a session-level advisory lock pins its session
+// A session-level advisory lock pins its session
 // exactly as long as the server says something is held.
 
 import (
@@ -16,7 +16,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Acceptance 1: a lock outlives its transaction; nobody else's transaction
+// A lock outlives its transaction; nobody else's transaction
 // ever runs on the holder's backend.
 func TestLocksOutliveTransaction(t *testing.T) {
 	t.Parallel()
@@ -152,7 +152,7 @@ func TestLocksOutliveTransaction(t *testing.T) {
 	}
 }
 
-// Acceptance 2: the unlock after 50 other transactions on the holder's own
+// The unlock after 50 other transactions on the holder's own
 // session lands on the holder's backend and unpins.
 func TestLocksUnlockAfterOwnTransactions(t *testing.T) {
 	t.Parallel()
@@ -223,7 +223,7 @@ func lkExpectPinned(t *testing.T, l *lp, app string, want int, when string) {
 	}
 }
 
-// Acceptance 3: pins are exact.
+// Pins are exact.
 func TestLocksPinExactness(t *testing.T) {
 	t.Parallel()
 	const app = "lk3"

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, adversarial: many clients take, stack, release and abandon
+// Adversarial: many clients take, stack, release and abandon
 // advisory locks at random through one application with few pin slots,
 // while a checker compares pg_locks with what the clients believe they hold.
 

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 6: advisory_locks: reject.
+// advisory_locks: reject.
 
 import (
 	"fmt"

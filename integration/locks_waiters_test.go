@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 4 and 5: lock waiters and lock holders cannot take an
+// Lock waiters and lock holders cannot take an
 // application's whole pool.
 
 import (
@@ -77,7 +77,7 @@ func lkRunTxns(ctx context.Context, t *testing.T, clients []*pgx.Conn, n int) in
 
 const lk4LockSQL = "SELECT pg_advisory_lock($1::int4, $2::int4)"
 
-// Acceptance 4: waiters cannot exhaust the pool.
+// Waiters cannot exhaust the pool.
 func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 	t.Parallel()
 	const (
@@ -279,7 +279,7 @@ func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 	}
 }
 
-// Acceptance 4 with drivers that send Parse and Bind of an unnamed
+// Waiters cannot exhaust the pool, with drivers that send Parse and Bind of an unnamed
 // statement in one batch (libpq PQexecParams, pgx QueryExecModeExec, most
 // JDBC/node drivers): the pin wait must not hold a server connection either.
 func TestLocksWaitersUnnamedExtendedHoldNoConnection(t *testing.T) {
@@ -352,7 +352,7 @@ func TestLocksWaitersUnnamedExtendedHoldNoConnection(t *testing.T) {
 	eventually(t, time.Second, "no pins left", func() bool { return l.Pinned(app, "") == 0 })
 }
 
-// Acceptance 5: four locks, a pool of four (the first incident).
+// Four locks, a pool of four.
 func TestLocksFourLocksPoolOfFour(t *testing.T) {
 	t.Parallel()
 	const app = "lk5"

@@ -21,7 +21,7 @@ import (
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
 
-// Issue 5, acceptance 1 and 2: real client libraries that use named
+// Real client libraries that use named
 // prepared statements, through lockpool in transaction mode.
 
 // TestPgxPoolDefaultMode: pgxpool in its default exec mode, 100 goroutines,

@@ -47,7 +47,7 @@ func (l *lp) wantPinned(t testing.TB, app, reason string, want float64) {
 	})
 }
 
-// pgxWorkload is the acceptance-1 program: a pgxpool in its default exec
+// pgxWorkload is a pgx program as applications write it: a pgxpool in its default exec
 // mode (statement cache: named prepared statements reused per connection),
 // `goroutines` goroutines sharing `total` queries over `distinct` statements,
 // checking each result.

@@ -11,7 +11,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Issue 5, acceptance 4 and 5: state that cannot be carried between server
+// State that cannot be carried between server
 // connections pins the session (session_state: pin) or is refused
 // (session_state: reject); a pinned session that ends leaves nothing behind.
 
