@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 2 (deterministic part): the backend of a session
+// The deterministic part of the terminate test: the backend of a session
 // dies after its pg_advisory_lock statement completed but before
 // lockpool's pin probe ran. The lock is gone with the backend, so the
 // session must not go on as if it held it: it gets an error and is

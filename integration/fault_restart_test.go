@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 1: PostgreSQL restarted under load. Only the
+// PostgreSQL restarted under load. Only the
 // transactions in flight fail; every client commits again within 3 s of
 // PostgreSQL accepting connections; afterwards lockpool's goroutines and
 // server connections return to their idle level.
@@ -193,7 +193,7 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 
 	// Idle level again: goroutines, and server connections (idle_timeout 2s).
 	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
-		t.Errorf("goroutines: %d after the load, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
+		t.Errorf("goroutines: %d after the load, %d at idle before it\n%s", n, baseline, testenv.DumpGoroutines(t))
 	}
 	su := superConn(t, "postgres")
 	eventually(t, 15*time.Second, "server connections to close after idle_timeout", func() bool {

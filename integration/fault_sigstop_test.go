@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 3: PostgreSQL frozen with SIGSTOP for 5 s (the
+// PostgreSQL frozen with SIGSTOP for 5 s (the
 // postmaster and all its children: stopping only the postmaster leaves the
 // backends running). Clients waiting for a connection get 53300 after
 // wait_timeout; a statement already running on a frozen backend gets its
@@ -160,6 +160,6 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 		_ = conn.Close(ctx)
 	}
 	if n := testenv.SettleGoroutines(baseline+5, 15*time.Second); n > baseline+5 {
-		t.Errorf("goroutines: %d after the freeze, %d at idle before it\n%s", n, baseline, lkDumpGoroutines(t))
+		t.Errorf("goroutines: %d after the freeze, %d at idle before it\n%s", n, baseline, testenv.DumpGoroutines(t))
 	}
 }

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 2: 200 random pg_terminate_backend calls on
+// 200 random pg_terminate_backend calls on
 // lockpool's server connections during load from 20 clients, four of them
 // pinned by session advisory locks. A client whose backend was terminated
 // gets an error for its own transaction only; a client whose backend was

@@ -1,6 +1,7 @@
 package integration
 
-// Issue 4 acceptance: leases that hold no connection.
+// Leases that hold no connection: budget, mutual exclusion, expiry,
+// staleness, release on disconnect, fencing, listing and auto-renew.
 
 import (
 	"context"
@@ -17,7 +18,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// 1. Application budget 1: four sessions hold leases, a fifth session's
+// Application budget 1: four sessions hold leases, a fifth session's
 // INSERT; COMMIT still commits within 3 s, and no backend of the application
 // is held by the four.
 func TestLeasesHoldNoConnection(t *testing.T) {
@@ -147,7 +148,7 @@ func TestLeasesHoldNoConnection(t *testing.T) {
 	}
 }
 
-// 2. Mutual exclusion across two lockpool instances on one PostgreSQL.
+// Mutual exclusion across two lockpool instances on one PostgreSQL.
 func TestLeaseMutualExclusionTwoInstances(t *testing.T) {
 	t.Parallel()
 	// The issue asks for 50 x 100. That takes ~25 s without the race
@@ -282,7 +283,7 @@ func TestLeaseMutualExclusionTwoInstances(t *testing.T) {
 	}
 }
 
-// 3. Expiry takeover: SIGKILL the holder's lockpool; a waiter on the other
+// Expiry takeover: SIGKILL the holder's lockpool; a waiter on the other
 // instance gets the lease within ttl + 1 s with a larger token.
 func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	t.Parallel()
@@ -337,7 +338,7 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	}
 }
 
-// 4. A stale holder can neither renew nor release the new holder's lease.
+// A stale holder can neither renew nor release the new holder's lease.
 func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	t.Parallel()
 	a := startLockpool(t, 10, "instance_id: stale-a")
@@ -411,7 +412,7 @@ func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	}
 }
 
-// 5. Closing the holder's connection releases its lease; a waiter on the
+// Closing the holder's connection releases its lease; a waiter on the
 // other instance gets it within 1 s.
 func TestLeaseReleasedOnDisconnect(t *testing.T) {
 	t.Parallel()
@@ -460,7 +461,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 	}
 }
 
-// 6. lease_fence: the current token succeeds and holds takeover off until
+// lease_fence: the current token succeeds and holds takeover off until
 // COMMIT; a stale token raises LP001.
 func TestLeaseFence(t *testing.T) {
 	t.Parallel()
@@ -567,7 +568,7 @@ func TestLeaseFence(t *testing.T) {
 	}
 }
 
-// 8. lease_list() columns, and a 40-session auto-renew run of 30 s with ttl
+// lease_list() columns, and a 40-session auto-renew run of 30 s with ttl
 // 2 s that loses no lease.
 func TestLeaseListColumns(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 4 acceptance point 7: the lease scenario from psql, pgx (every exec
+// The lease scenario from psql, pgx (every exec
 // mode, the default first) and node-postgres; the token arrives as an int8.
 
 import (

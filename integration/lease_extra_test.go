@@ -1,6 +1,6 @@
 package integration
 
-// Issue 4: cancelling a waiting lease_acquire, lease calls inside explicit
+// Cancelling a waiting lease_acquire, lease calls inside explicit
 // transactions, and lease calls that are not the whole statement.
 
 import (

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 6: each limit, exceeded, yields its documented error
+// Each limit, exceeded, yields its documented error
 // (an ErrorResponse with SQLSTATE and a lockpool: message, or a clean close
 // before startup completes) and leaves the other clients unaffected.
 

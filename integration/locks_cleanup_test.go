@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 7 and 8: a killed client leaves no lock behind, and
+// A killed client leaves no lock behind, and
 // the sweep finds locks the lexer cannot see.
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Acceptance 7: SIGKILL of a pinned client process.
+// SIGKILL of a pinned client process.
 func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/bin/psql"); err != nil {
@@ -49,9 +49,9 @@ func TestLocksSIGKILLPinnedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(lkHolders(t, su, key)) == 0 || lkPinned(l, app) != 1 {
+	for len(lkHolders(t, su, key)) == 0 || l.Pinned(app, "") != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("psql's lock never showed up (pinned %v); psql output:\n%s", lkPinned(l, app), out.String())
+			t.Fatalf("psql's lock never showed up (pinned %v); psql output:\n%s", l.Pinned(app, ""), out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -90,7 +90,7 @@ func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	_ = cmd.Wait()
 	eventually(t, time.Second, "the killed client's locks to leave pg_locks and its pin to end", func() bool {
 		return len(lkHolders(t, su, key)) == 0 && len(lkHolders(t, su, lkKey2(7, 1))) == 0 &&
-			lkPinned(l, app) == 0 && l.srv.Pool().Stats(app).Pinned == 0
+			l.Pinned(app, "") == 0 && l.srv.Pool().Stats(app).Pinned == 0
 	})
 	t.Logf("locks gone %v after SIGKILL", time.Since(t0))
 	c := l.connect(t, "app", "appdb")
@@ -100,12 +100,12 @@ func TestLocksSIGKILLPinnedClient(t *testing.T) {
 	lkMustExec(t, c, "SELECT pg_advisory_unlock_all()")
 }
 
-// Acceptance 8: a lock taken inside a PL/pgSQL function is found by the
+// A lock taken inside a PL/pgSQL function is found by the
 // sweep, its connection closed and counted, and nobody ever gets it.
 func TestLocksLeakSweep(t *testing.T) {
 	t.Parallel()
 	su := superConn(t, "appdb")
-	ctx := lkCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	if _, err := su.Exec(ctx, `CREATE OR REPLACE FUNCTION public.locks8_take(k bigint) RETURNS int
 		LANGUAGE plpgsql AS $f$BEGIN PERFORM pg_advisory_lock(k); RETURN pg_backend_pid(); END$f$`); err != nil {
 		t.Fatal(err)
@@ -138,10 +138,10 @@ func TestLocksLeakSweep(t *testing.T) {
 		// A pinned session with a visible lock: the sweep leaves it alone.
 		p := l.connect(t, "app", "appdb")
 		lkMustExec(t, p, "SELECT pg_advisory_lock(8000002)")
-		pidP := lkBackendPID(t, p)
+		pidP := testenv.BackendPID(t, p)
 
 		pid := takeHidden(t, l, 8000001)
-		if g := lkPinned(l, app); g != 1 {
+		if g := l.Pinned(app, ""); g != 1 {
 			t.Fatalf("lockpool_pinned_sessions = %v, want 1 (the lexer cannot see the hidden lock)", g)
 		}
 		n, err := l.srv.SweepLeaks(ctx)
@@ -161,7 +161,7 @@ func TestLocksLeakSweep(t *testing.T) {
 		if hs := lkHolders(t, su, lkKey1(8000002)); len(hs) != 1 || hs[0] != pidP {
 			t.Errorf("the pinned session's lock: holders %v, want [%d]", hs, pidP)
 		}
-		if got := lkBackendPID(t, p); got != pidP {
+		if got := testenv.BackendPID(t, p); got != pidP {
 			t.Errorf("the pinned session moved from backend %d to %d", pidP, got)
 		}
 		// Later clients never hold the leaked lock; the key is free.
@@ -191,7 +191,7 @@ func TestLocksLeakSweep(t *testing.T) {
 	t.Run("interval", func(t *testing.T) {
 		const app = "lk8i"
 		const iv = 300 * time.Millisecond
-		l := lkStartWithLeakInterval(t, 10, iv.String(), lkApp(app, "app", 3, 1, "pin", "5s"))
+		l := startLockpool(t, 10, "leak_check_interval: "+iv.String(), lkApp(app, "app", 3, 1, "pin", "5s"))
 		pid := takeHidden(t, l, 8000003)
 		t0 := time.Now()
 		eventually(t, iv+time.Second, "the sweep to close the leaked connection within one interval", func() bool {

@@ -1,24 +1,17 @@
 package integration
 
-// Helpers for the issue-3 lock tests (locks_*_test.go). Every name here
-// starts with "lk" so the files of other issues cannot collide with them.
+// Helpers of the advisory-lock tests (locks_*_test.go): pg_locks keys and
+// rows, one-value queries, /debug/locks. Their names start with "lk".
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime/pprof"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lockpool/lockpool/config"
-	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // lkKey is an advisory lock key as pg_locks shows it.
@@ -105,39 +98,9 @@ func lkWaiting(t testing.TB, su *pgx.Conn, k lkKey) int {
 // asked inside c's current transaction (or statement).
 const lkOwnAdvisorySQL = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
 
-// lkState returns the SQLSTATE of err ("" if it is not a server error).
-func lkState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
-// lkPgErr returns err as a *pgconn.PgError or nil.
-func lkPgErr(err error) *pgconn.PgError {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return nil
-}
-
-// lkPinned is lockpool_pinned_sessions summed over reasons for app.
-func lkPinned(l *lp, app string) float64 {
-	return l.metric("lockpool_pinned_sessions", map[string]string{"app": app})
-}
-
 // lkApp is an application with the given advisory policy and budgets.
 func lkApp(name, user string, max, pinned int, advisory, wait string) appYAML {
 	return appYAML{name: name, user: user, db: "appdb", max: max, pinned: pinned, advisory: advisory, state: "pin", wait: wait}
-}
-
-// lkCtx is a context for one test step.
-func lkCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // lkBool runs a query returning one boolean.
@@ -150,7 +113,7 @@ func lkBool(ctx context.Context, c *pgx.Conn, sql string, args ...any) (bool, er
 // lkMustBool runs a query returning one boolean and fails the test on error.
 func lkMustBool(t testing.TB, c *pgx.Conn, sql string, args ...any) bool {
 	t.Helper()
-	b, err := lkBool(lkCtx(t, 15*time.Second), c, sql, args...)
+	b, err := lkBool(testenv.Context(t, 15*time.Second), c, sql, args...)
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
@@ -160,19 +123,9 @@ func lkMustBool(t testing.TB, c *pgx.Conn, sql string, args ...any) bool {
 // lkMustExec runs a statement and fails the test on error.
 func lkMustExec(t testing.TB, c *pgx.Conn, sql string, args ...any) {
 	t.Helper()
-	if _, err := c.Exec(lkCtx(t, 15*time.Second), sql, args...); err != nil {
+	if _, err := c.Exec(testenv.Context(t, 15*time.Second), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// lkBackendPID returns the backend pid serving c's next statement.
-func lkBackendPID(t testing.TB, c *pgx.Conn) uint32 {
-	t.Helper()
-	var pid int32
-	if err := c.QueryRow(lkCtx(t, 15*time.Second), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatalf("pg_backend_pid: %v", err)
-	}
-	return uint32(pid)
 }
 
 // lkDebugLocks is the /debug/locks answer.
@@ -212,35 +165,4 @@ func lkGetDebugLocks(t testing.TB, l *lp) lkDebugLocks {
 		t.Fatalf("/debug/locks: %v\n%s", err, body)
 	}
 	return d
-}
-
-// lkStartWithLeakInterval starts lockpool like startLockpool but with a
-// leak_check_interval (startLockpool always writes 0s).
-func lkStartWithLeakInterval(t *testing.T, serverMax int, interval string, a appYAML) *lp {
-	t.Helper()
-	c := pgtest.Require(t)
-	var b strings.Builder
-	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nadmin_listen: \"\"\nauth_method: scram-sha-256\nleak_check_interval: %s\n", interval)
-	fmt.Fprintf(&b, "server:\n  host: %s\n  port: %d\n  max_connections: %d\n", c.Host, c.Port, serverMax)
-	fmt.Fprintf(&b, "users:\n  - name: %s\n    password: %s\n", a.user, appPassword)
-	fmt.Fprintf(&b, "applications:\n  - name: %s\n    user: %s\n    database: %s\n    pool_mode: transaction\n    max_connections: %d\n    max_pinned: %d\n    advisory_locks: %s\n    session_state: %s\n    wait_timeout: %s\n",
-		a.name, a.user, a.db, a.max, a.pinned, a.advisory, a.state, a.wait)
-	cfg, err := config.Parse([]byte(b.String()), "test.yaml", nil)
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, b.String())
-	}
-	return startLockpoolConfig(t, cfg)
-}
-
-// lkDumpGoroutines writes all goroutine stacks to a file (for hangs) and
-// says where.
-func lkDumpGoroutines(t testing.TB) string {
-	name := filepath.Join(os.TempDir(), fmt.Sprintf("lockpool-%s-%d.goroutines", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano()))
-	f, err := os.Create(name)
-	if err != nil {
-		return "goroutine dump failed: " + err.Error()
-	}
-	defer f.Close()
-	_ = pprof.Lookup("goroutine").WriteTo(f, 2)
-	return "goroutines in " + name
 }

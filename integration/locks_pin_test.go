@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 1–3: a session-level advisory lock pins its session
+// A session-level advisory lock pins its session
 // exactly as long as the server says something is held.
 
 import (
@@ -12,16 +12,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Acceptance 1: a lock outlives its transaction; nobody else's transaction
+// A lock outlives its transaction; nobody else's transaction
 // ever runs on the holder's backend.
 func TestLocksOutliveTransaction(t *testing.T) {
 	t.Parallel()
 	const app = "lk1"
 	l := startLockpool(t, 10, "", lkApp(app, "app", 3, 2, "pin", "20s"))
 	su := superConn(t, "appdb")
-	ctx := lkCtx(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 	var h int32
 	if err := su.QueryRow(ctx, "SELECT hashtext('report-daily')").Scan(&h); err != nil {
 		t.Fatal(err)
@@ -33,10 +35,10 @@ func TestLocksOutliveTransaction(t *testing.T) {
 
 	a := l.connect(t, "app", "appdb")
 	lkMustExec(t, a, lockSQL)
-	if g := lkPinned(l, app); g != 1 {
+	if g := l.Pinned(app, ""); g != 1 {
 		t.Fatalf("after A's lock: lockpool_pinned_sessions = %v, want 1", g)
 	}
-	pidA := lkBackendPID(t, a)
+	pidA := testenv.BackendPID(t, a)
 	if hs := lkHolders(t, su, key); len(hs) != 1 || hs[0] != pidA {
 		t.Fatalf("holders of %v = %v, want A's backend %d", key, hs, pidA)
 	}
@@ -64,7 +66,7 @@ func TestLocksOutliveTransaction(t *testing.T) {
 				tx, err := c.Begin(bctx)
 				cancel()
 				if err != nil {
-					t.Errorf("other client BEGIN: %v (pool stats %+v; %s)", err, l.srv.Pool().Stats(app), lkDumpGoroutines(t))
+					t.Errorf("other client BEGIN: %v (pool stats %+v; %s)", err, l.srv.Pool().Stats(app), testenv.DumpGoroutines(t))
 					return
 				}
 				var n int64
@@ -95,20 +97,20 @@ func TestLocksOutliveTransaction(t *testing.T) {
 	if lkMustBool(t, b, trySQL) {
 		t.Fatal("B's pg_try_advisory_lock succeeded while A holds the lock")
 	}
-	if g := lkPinned(l, app); g != 1 {
+	if g := l.Pinned(app, ""); g != 1 {
 		t.Errorf("after B's failed try-lock: lockpool_pinned_sessions = %v, want 1 (only A)", g)
 	}
 	if p := l.srv.Pool().Stats(app).Pinned; p != 1 {
 		t.Errorf("after B's failed try-lock: %d pin slots held, want 1", p)
 	}
-	if got := lkPidOf(t, a); got != pidA {
+	if got := testenv.BackendPID(t, a); got != pidA {
 		t.Fatalf("A moved from backend %d to %d while holding a lock", pidA, got)
 	}
 	pinnedPID.Store(0)
 	if !lkMustBool(t, a, unlockSQL) {
 		t.Fatal("A's pg_advisory_unlock returned false")
 	}
-	if g := lkPinned(l, app); g != 0 {
+	if g := l.Pinned(app, ""); g != 0 {
 		t.Errorf("after A's unlock: lockpool_pinned_sessions = %v, want 0", g)
 	}
 	if !lkMustBool(t, b, trySQL) {
@@ -123,7 +125,7 @@ func TestLocksOutliveTransaction(t *testing.T) {
 	if lkMustBool(t, b, trySQL) {
 		t.Fatal("B's pg_try_advisory_lock succeeded after A re-locked")
 	}
-	pidA = lkPidOf(t, a)
+	pidA = testenv.BackendPID(t, a)
 	pinnedPID.Store(pidA)
 	if hs := lkHolders(t, su, key); len(hs) != 1 || hs[0] != pidA {
 		t.Fatalf("holders of %v = %v after A re-locked, want A's backend %d", key, hs, pidA)
@@ -145,29 +147,26 @@ func TestLocksOutliveTransaction(t *testing.T) {
 	if n := committed.Load(); n != nTx {
 		t.Fatalf("%d of %d other transactions committed", n, nTx)
 	}
-	if g := lkPinned(l, app); g != 0 {
+	if g := l.Pinned(app, ""); g != 0 {
 		t.Errorf("at the end: lockpool_pinned_sessions = %v, want 0", g)
 	}
 }
 
-// lkPidOf is lkBackendPID (for readability where the session is pinned).
-func lkPidOf(t testing.TB, c *pgx.Conn) uint32 { return lkBackendPID(t, c) }
-
-// Acceptance 2: the unlock after 50 other transactions on the holder's own
+// The unlock after 50 other transactions on the holder's own
 // session lands on the holder's backend and unpins.
 func TestLocksUnlockAfterOwnTransactions(t *testing.T) {
 	t.Parallel()
 	const app = "lk2"
 	l := startLockpool(t, 10, "", lkApp(app, "app", 3, 1, "pin", "10s"))
 	su := superConn(t, "appdb")
-	ctx := lkCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	const k = 2000001
 	key := lkKey1(k)
 
 	a := l.connect(t, "app", "appdb")
 	lkMustExec(t, a, fmt.Sprintf("SELECT pg_advisory_lock(%d)", k))
-	pidA := lkBackendPID(t, a)
-	if g := lkPinned(l, app); g != 1 {
+	pidA := testenv.BackendPID(t, a)
+	if g := l.Pinned(app, ""); g != 1 {
 		t.Fatalf("lockpool_pinned_sessions = %v after the lock, want 1", g)
 	}
 	// Ordinary traffic from someone else in parallel.
@@ -196,13 +195,13 @@ func TestLocksUnlockAfterOwnTransactions(t *testing.T) {
 			t.Fatalf("other client's backend holds %d advisory locks (%v)", on, err)
 		}
 	}
-	if g := lkPinned(l, app); g != 1 {
+	if g := l.Pinned(app, ""); g != 1 {
 		t.Fatalf("lockpool_pinned_sessions = %v after 50 transactions, want 1", g)
 	}
 	if !lkMustBool(t, a, fmt.Sprintf("SELECT pg_advisory_unlock(%d)", k)) {
 		t.Fatal("pg_advisory_unlock after 50 transactions returned false")
 	}
-	if g := lkPinned(l, app); g != 0 {
+	if g := l.Pinned(app, ""); g != 0 {
 		t.Errorf("lockpool_pinned_sessions = %v after the unlock, want 0", g)
 	}
 	if p := l.srv.Pool().Stats(app).Pinned; p != 0 {
@@ -216,7 +215,7 @@ func TestLocksUnlockAfterOwnTransactions(t *testing.T) {
 // lkExpectPinned checks the gauge and the pin slots of app.
 func lkExpectPinned(t *testing.T, l *lp, app string, want int, when string) {
 	t.Helper()
-	if g := lkPinned(l, app); g != float64(want) {
+	if g := l.Pinned(app, ""); g != float64(want) {
 		t.Errorf("%s: lockpool_pinned_sessions = %v, want %d", when, g, want)
 	}
 	if p := l.srv.Pool().Stats(app).Pinned; p != want {
@@ -224,7 +223,7 @@ func lkExpectPinned(t *testing.T, l *lp, app string, want int, when string) {
 	}
 }
 
-// Acceptance 3: pins are exact.
+// Pins are exact.
 func TestLocksPinExactness(t *testing.T) {
 	t.Parallel()
 	const app = "lk3"
@@ -236,7 +235,7 @@ func TestLocksPinExactness(t *testing.T) {
 		c := l.connect(t, "app", "appdb")
 		pins0 := l.metric("lockpool_pins_total", map[string]string{"app": app})
 		lkMustExec(t, c, fmt.Sprintf("SELECT pg_advisory_lock(%d)", k))
-		pid := lkBackendPID(t, c)
+		pid := testenv.BackendPID(t, c)
 		lkExpectPinned(t, l, app, 1, "lock(k)")
 		lkMustExec(t, c, fmt.Sprintf("SELECT pg_advisory_lock(%d)", k))
 		lkExpectPinned(t, l, app, 1, "lock(k); lock(k)")
@@ -247,7 +246,7 @@ func TestLocksPinExactness(t *testing.T) {
 		if hs := lkHolders(t, su, lkKey1(k)); len(hs) != 1 || hs[0] != pid {
 			t.Fatalf("after one of two unlocks: holders %v, want [%d]", hs, pid)
 		}
-		if got := lkBackendPID(t, c); got != pid {
+		if got := testenv.BackendPID(t, c); got != pid {
 			t.Fatalf("session moved from backend %d to %d while still holding a stacked lock", pid, got)
 		}
 		if !lkMustBool(t, c, fmt.Sprintf("SELECT pg_advisory_unlock(%d)", k)) {
@@ -292,7 +291,7 @@ func TestLocksPinExactness(t *testing.T) {
 		}
 		lkExpectPinned(t, l, app, 1, "failed try-lock-shared")
 		var n int64
-		if err := c.QueryRow(lkCtx(t, 10*time.Second), lkOwnAdvisorySQL).Scan(&n); err != nil || n != 0 {
+		if err := c.QueryRow(testenv.Context(t, 10*time.Second), lkOwnAdvisorySQL).Scan(&n); err != nil || n != 0 {
 			t.Fatalf("the failed try-locker's next backend holds %d advisory locks (%v)", n, err)
 		}
 		if !lkMustBool(t, holder, fmt.Sprintf("SELECT pg_advisory_unlock(%d)", k)) {
@@ -393,7 +392,7 @@ func TestLocksPinExactness(t *testing.T) {
 			args := func(v ...any) []any { return append(append([]any{}, mode.args...), v...) }
 			c := l.connect(t, "app", "appdb")
 			lkMustExec(t, c, "SELECT pg_advisory_lock($1)", args(k)...)
-			pid := lkBackendPID(t, c)
+			pid := testenv.BackendPID(t, c)
 			lkExpectPinned(t, l, app, 1, "lock($1)")
 			if hs := lkHolders(t, su, lkKey1(k)); len(hs) != 1 || hs[0] != pid {
 				t.Fatalf("holders %v, want [%d]", hs, pid)

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, adversarial: many clients take, stack, release and abandon
+// Adversarial: many clients take, stack, release and abandon
 // advisory locks at random through one application with few pin slots,
 // while a checker compares pg_locks with what the clients believe they hold.
 
@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 const (
@@ -213,7 +215,7 @@ func (c *lkrClient) reconnect() {
 func (c *lkrClient) unexpected(op string, err error) {
 	extra := ""
 	if strings.Contains(err.Error(), "timeout") && c.r.dumped.CompareAndSwap(false, true) {
-		extra = fmt.Sprintf(" (pool stats %+v; %s)", c.r.l.srv.Pool().Stats(lkrApp), lkDumpGoroutines(c.r.t))
+		extra = fmt.Sprintf(" (pool stats %+v; %s)", c.r.l.srv.Pool().Stats(lkrApp), testenv.DumpGoroutines(c.r.t))
 	}
 	c.r.failf("client %d: %s: unexpected error %v%s", c.id, op, err, extra)
 	c.disconnect(false)
@@ -222,7 +224,7 @@ func (c *lkrClient) unexpected(op string, err error) {
 
 // acceptable reports 53300 (no connection or pin slot within wait_timeout).
 func (c *lkrClient) acceptable(err error) bool {
-	if lkState(err) == "53300" {
+	if sqlState(err) == "53300" {
 		c.r.count("53300")
 		return true
 	}
@@ -313,7 +315,7 @@ func (c *lkrClient) opLock(ctx context.Context) {
 	case err == nil:
 		c.r.count("pg_advisory_lock")
 		c.push(key, iv, uint32(pid))
-	case lkState(err) == "55P03":
+	case sqlState(err) == "55P03":
 		c.r.count("pg_advisory_lock=lock_timeout")
 		// PostgreSQL may grant the lock in the instant lock_timeout fires:
 		// ask the session what it holds.
@@ -605,7 +607,7 @@ func TestLocksRandomized(t *testing.T) {
 		if st := l.srv.Pool().Stats(lkrApp); st.Pinned > lkrMaxPinned {
 			r.failf("checker: %d pin slots held, max_pinned %d", st.Pinned, lkrMaxPinned)
 		}
-		g := lkPinned(l, lkrApp)
+		g := l.Pinned(lkrApp, "")
 		if int64(g) > maxPins.Load() {
 			maxPins.Store(int64(g))
 		}
@@ -672,14 +674,14 @@ func TestLocksRandomized(t *testing.T) {
 			c.disconnect(c.id%2 == 0)
 		}
 	}
-	ctx := lkCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	deadline := time.Now().Add(lkrGrace)
 	for {
 		var n int
 		if err := su.QueryRow(ctx, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND (a.usename = $1 OR "+lkrKeyCond+")", lkrUser).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		pinned := lkPinned(l, lkrApp)
+		pinned := l.Pinned(lkrApp, "")
 		st := l.srv.Pool().Stats(lkrApp)
 		if n == 0 && pinned == 0 && st.Pinned == 0 {
 			break
@@ -714,7 +716,7 @@ func TestLocksRandomized(t *testing.T) {
 // and /debug/locks agree exactly with what the clients hold.
 func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, when string) {
 	t.Helper()
-	ctx := lkCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	want := map[uint32][]int64{}
 	byPID := map[uint32]*lkrClient{}
 	for _, c := range clients {
@@ -745,7 +747,7 @@ func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, whe
 			got[uint32(pid)] = append(got[uint32(pid)], k)
 		}
 		rows.Close()
-		pinned = lkPinned(r.l, lkrApp)
+		pinned = r.l.Pinned(lkrApp, "")
 		s := r.l.srv.Pool().Stats(lkrApp)
 		st.Pinned, st.PinWaiting = s.Pinned, s.PinWaiting
 		same := len(got) == len(want)

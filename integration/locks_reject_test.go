@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 6: advisory_locks: reject.
+// advisory_locks: reject.
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 func TestLocksRejectPolicy(t *testing.T) {
@@ -16,13 +18,13 @@ func TestLocksRejectPolicy(t *testing.T) {
 	const app = "lk6"
 	l := startLockpool(t, 10, "", lkApp(app, "rejecter", 4, 1, "reject", "5s"))
 	su := superConn(t, "appdb")
-	ctx := lkCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	c := l.connect(t, "rejecter", "appdb")
 	lkMustExec(t, c, "CREATE SEQUENCE IF NOT EXISTS locks6_seq")
 
 	checkReject := func(what string, err error) {
 		t.Helper()
-		pe := lkPgErr(err)
+		pe := testenv.PgError(err)
 		if pe == nil || pe.Code != "0A000" {
 			t.Errorf("%s: got %v, want SQLSTATE 0A000", what, err)
 			return
@@ -86,7 +88,7 @@ func TestLocksRejectPolicy(t *testing.T) {
 				t.Errorf("%s (%s) in BEGIN: client transaction status %q after the rejection, want E (failed)", fn, m.name, st)
 			}
 			_, err = tx.Exec(ctx, "SELECT $1::int", m.mode, 1)
-			if s := lkState(err); s != "25P02" {
+			if s := sqlState(err); s != "25P02" {
 				t.Errorf("%s (%s) in BEGIN: the next statement got %v, want 25P02", fn, m.name, err)
 			}
 			if err := tx.Rollback(ctx); err != nil {
@@ -114,7 +116,7 @@ func TestLocksRejectPolicy(t *testing.T) {
 	_, err := c.Exec(ctx, "SELECT 1; SELECT pg_advisory_lock(6000105)")
 	checkReject("multi-statement in BEGIN", err)
 	want["pg_advisory_lock"]++
-	if _, err := c.Exec(ctx, "SELECT 1"); lkState(err) != "25P02" {
+	if _, err := c.Exec(ctx, "SELECT 1"); sqlState(err) != "25P02" {
 		t.Errorf("after a rejection inside BEGIN (simple, no args): %v, want 25P02", err)
 	}
 	lkMustExec(t, c, "ROLLBACK")
@@ -165,7 +167,7 @@ func TestLocksRejectPolicy(t *testing.T) {
 	}
 	lkMustExec(t, c, "SELECT pg_advisory_unlock_all()")
 	usable("xact locks")
-	if g := lkPinned(l, app); g != 0 {
+	if g := l.Pinned(app, ""); g != 0 {
 		t.Errorf("lockpool_pinned_sessions = %v under reject, want 0", g)
 	}
 

@@ -1,6 +1,6 @@
 package integration
 
-// Issue 3, acceptance 4 and 5: lock waiters and lock holders cannot take an
+// Lock waiters and lock holders cannot take an
 // application's whole pool.
 
 import (
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // lkSampler runs check every interval until stop is called.
@@ -75,7 +77,7 @@ func lkRunTxns(ctx context.Context, t *testing.T, clients []*pgx.Conn, n int) in
 
 const lk4LockSQL = "SELECT pg_advisory_lock($1::int4, $2::int4)"
 
-// Acceptance 4: waiters cannot exhaust the pool.
+// Waiters cannot exhaust the pool.
 func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 	t.Parallel()
 	const (
@@ -87,7 +89,7 @@ func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 	l := startLockpool(t, 10, "", lkApp(app, "app", 4, 2, "pin", "25s"))
 	su := superConn(t, "appdb")
 	sampleSU := superConn(t, "appdb")
-	ctx := lkCtx(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 	key := lkKey2(13, 1)
 
 	holder := l.connect(t, "app", "appdb")
@@ -230,7 +232,7 @@ func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 			served = append(served, i)
 			continue
 		}
-		pe := lkPgErr(r.err)
+		pe := testenv.PgError(r.err)
 		if pe == nil || pe.Code != "53300" {
 			t.Errorf("waiter %d: %v, want the lock or SQLSTATE 53300", i, r.err)
 			continue
@@ -270,14 +272,14 @@ func TestLocksWaitersCannotExhaustPool(t *testing.T) {
 		t.Errorf("lockpool_pin_waits_total{outcome=waited} = %v, want %d", waited, len(served)-1)
 	}
 	eventually(t, time.Second, "no pins left", func() bool {
-		return lkPinned(l, app) == 0 && l.srv.Pool().Stats(app).Pinned == 0
+		return l.Pinned(app, "") == 0 && l.srv.Pool().Stats(app).Pinned == 0
 	})
 	if hs := lkHolders(t, su, key); len(hs) != 0 {
 		t.Errorf("(13, 1) still held by %v", hs)
 	}
 }
 
-// Acceptance 4 with drivers that send Parse and Bind of an unnamed
+// Waiters cannot exhaust the pool, with drivers that send Parse and Bind of an unnamed
 // statement in one batch (libpq PQexecParams, pgx QueryExecModeExec, most
 // JDBC/node drivers): the pin wait must not hold a server connection either.
 func TestLocksWaitersUnnamedExtendedHoldNoConnection(t *testing.T) {
@@ -288,7 +290,7 @@ func TestLocksWaitersUnnamedExtendedHoldNoConnection(t *testing.T) {
 	)
 	l := startLockpool(t, 10, "", lkApp(app, "app", 4, 2, "pin", "10s"))
 	su := superConn(t, "appdb")
-	ctx := lkCtx(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 	key := lkKey2(14, 1)
 
 	holder := l.connect(t, "app", "appdb")
@@ -347,15 +349,15 @@ func TestLocksWaitersUnnamedExtendedHoldNoConnection(t *testing.T) {
 			t.Errorf("waiter %d: %v", i, err)
 		}
 	}
-	eventually(t, time.Second, "no pins left", func() bool { return lkPinned(l, app) == 0 })
+	eventually(t, time.Second, "no pins left", func() bool { return l.Pinned(app, "") == 0 })
 }
 
-// Acceptance 5: four locks, a pool of four (the first incident).
+// Four locks, a pool of four.
 func TestLocksFourLocksPoolOfFour(t *testing.T) {
 	t.Parallel()
 	const app = "lk5"
 	l := startLockpool(t, 10, "", lkApp(app, "app", 4, 3, "pin", "1s"))
-	ctx := lkCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	setup := l.connect(t, "app", "appdb")
 	lkMustExec(t, setup, "CREATE TABLE IF NOT EXISTS locks5_jobs (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())")
 
@@ -412,7 +414,7 @@ func TestLocksFourLocksPoolOfFour(t *testing.T) {
 			t.Fatalf("session %d: try-lock = %v, %v", i, ok, err)
 		}
 	}
-	if g := lkPinned(l, app); g != 3 {
+	if g := l.Pinned(app, ""); g != 3 {
 		t.Fatalf("three holders: lockpool_pinned_sessions = %v, want 3", g)
 	}
 	before := inserts.Load()
@@ -422,7 +424,7 @@ func TestLocksFourLocksPoolOfFour(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the fourth session's try-lock = %v with three pins taken and max_pinned 3; want 53300", ok)
 	}
-	pe := lkPgErr(err)
+	pe := testenv.PgError(err)
 	if pe == nil || pe.Code != "53300" || !strings.HasPrefix(pe.Message, "lockpool:") || pe.Hint == "" {
 		t.Fatalf("the fourth session: %v; want 53300 with a lockpool: message and a hint", err)
 	}
@@ -452,7 +454,7 @@ func TestLocksFourLocksPoolOfFour(t *testing.T) {
 	close(stopIns)
 	<-insDone
 	t.Logf("%d inserts committed, slowest %v", inserts.Load(), time.Duration(slowest.Load()))
-	if g := lkPinned(l, app); g != 0 {
+	if g := l.Pinned(app, ""); g != 0 {
 		t.Errorf("lockpool_pinned_sessions = %v at the end, want 0", g)
 	}
 }
@@ -464,7 +466,7 @@ func TestLocksPinSlotFreedWhenNoConnection(t *testing.T) {
 	t.Parallel()
 	const app = "lk4s"
 	l := startLockpool(t, 10, "", lkApp(app, "app", 3, 2, "pin", "300ms"))
-	ctx := lkCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	const trySQL = "SELECT pg_try_advisory_lock($1::bigint)"
 	cs := []*pgx.Conn{l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")}
 	// The extended client prepares its statement while connections are free.
@@ -494,11 +496,11 @@ func TestLocksPinSlotFreedWhenNoConnection(t *testing.T) {
 		before := l.srv.Pool().Stats(app).Pinned
 		args := append(append([]any{}, mode.args...), int64(4000001))
 		_, err := c.Exec(ctx, trySQL, args...)
-		if lkState(err) != "53300" {
+		if sqlState(err) != "53300" {
 			t.Fatalf("%s: try-lock with no free connection: %v, want 53300", mode.name, err)
 		}
 		if st := l.srv.Pool().Stats(app); st.Pinned != before {
-			t.Errorf("%s: after 53300 (no connection) the idle, unpinned session still holds a pin slot: pool stats %+v, lockpool_pinned_sessions %v", mode.name, st, lkPinned(l, app))
+			t.Errorf("%s: after 53300 (no connection) the idle, unpinned session still holds a pin slot: pool stats %+v, lockpool_pinned_sessions %v", mode.name, st, l.Pinned(app, ""))
 		}
 	}
 	for _, tx := range txs {

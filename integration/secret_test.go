@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 5 (part): SCRAM verifiers in the config instead of
+// SCRAM verifiers in the config instead of
 // passwords, and no secret in logs, /debug output, /metrics or errors.
 
 import (

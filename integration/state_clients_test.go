@@ -21,7 +21,7 @@ import (
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
 
-// Issue 5, acceptance 1 and 2: real client libraries that use named
+// Real client libraries that use named
 // prepared statements, through lockpool in transaction mode.
 
 // TestPgxPoolDefaultMode: pgxpool in its default exec mode, 100 goroutines,
@@ -82,7 +82,7 @@ func TestPgBouncerPgxDefaultMode(t *testing.T) {
 	if out, err := exec.Command(bin, "--version").Output(); err == nil {
 		version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
-	port := stFreePort(t)
+	port := freePort(t)
 	dir, cred := stPgBouncerDir(t)
 	ini := fmt.Sprintf(`[databases]
 appdb = host=%s port=%d dbname=appdb
@@ -192,16 +192,6 @@ func stWriteOwned(t *testing.T, path, content string, cred *syscall.Credential) 
 			t.Fatal(err)
 		}
 	}
-}
-
-func stFreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // TestNodeNamedQueries: node-postgres named queries ({name, text, values})

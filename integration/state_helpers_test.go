@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,35 +10,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Helpers for the issue-5 tests (prepared statements and session state).
-
-// stName returns a lower-case SQL identifier unique to this test.
-func stName(t testing.TB, prefix string) string {
-	r := strings.NewReplacer("/", "_", "-", "_", ".", "_", "#", "_")
-	n := strings.ToLower(prefix + "_" + r.Replace(t.Name()))
-	if len(n) > 60 {
-		n = n[:60]
-	}
-	return n
-}
-
-// stPgErr returns err as a *pgconn.PgError, or nil.
-func stPgErr(err error) *pgconn.PgError {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return nil
-}
+// Helpers of the session-state tests (state_*_test.go): the refusal under
+// session_state: reject, the pinned gauge, and a pgxpool workload.
 
 // stWantReject checks that err is lockpool's 0A000 refusal with a hint.
 func stWantReject(t testing.TB, what string, err error) {
 	t.Helper()
-	pe := stPgErr(err)
+	pe := testenv.PgError(err)
 	switch {
 	case err == nil:
 		t.Errorf("%s: want SQLSTATE 0A000 under session_state: reject, got success", what)
@@ -56,36 +38,16 @@ func stWantReject(t testing.TB, what string, err error) {
 	}
 }
 
-// pinned is the lockpool_pinned_sessions gauge of app, summed over reasons
-// (reason == "") or for one reason.
-func (l *lp) pinned(app, reason string) float64 {
-	labels := map[string]string{"app": app}
-	if reason != "" {
-		labels["reason"] = reason
-	}
-	return l.metric("lockpool_pinned_sessions", labels)
-}
-
 // wantPinned waits until the pinned gauge of app (for reason, or all
 // reasons) is want.
 func (l *lp) wantPinned(t testing.TB, app, reason string, want float64) {
 	t.Helper()
 	eventually(t, 5*time.Second, fmt.Sprintf("lockpool_pinned_sessions{app=%q,reason=%q} = %v", app, reason, want), func() bool {
-		return l.pinned(app, reason) == want
+		return l.Pinned(app, reason) == want
 	})
 }
 
-// backendPID returns the server backend the client's next statement runs on.
-func backendPID(t testing.TB, c *pgx.Conn) int {
-	t.Helper()
-	var pid int
-	if err := c.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatalf("pg_backend_pid: %v", err)
-	}
-	return pid
-}
-
-// pgxWorkload is the acceptance-1 program: a pgxpool in its default exec
+// pgxWorkload is a pgx program as applications write it: a pgxpool in its default exec
 // mode (statement cache: named prepared statements reused per connection),
 // `goroutines` goroutines sharing `total` queries over `distinct` statements,
 // checking each result.

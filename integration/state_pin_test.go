@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Issue 5, acceptance 4 and 5: state that cannot be carried between server
+// State that cannot be carried between server
 // connections pins the session (session_state: pin) or is refused
 // (session_state: reject); a pinned session that ends leaves nothing behind.
 
@@ -32,13 +34,13 @@ func TestStatePinListenNotify(t *testing.T) {
 	app := stPinApp("stlisten")
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
-	ch := stName(t, "lp_ch")
+	ch := uniqueName(t, "lp_ch")
 	listener := l.connect(t, "app", "appdb")
 	notifier := l.connect(t, "app", "appdb")
 
 	stExec(t, listener, "LISTEN "+ch)
 	l.wantPinned(t, app.name, "listen", 1)
-	pid := backendPID(t, listener)
+	pid := testenv.BackendPID(t, listener)
 
 	for i := 0; i < 3; i++ {
 		payload := fmt.Sprintf("hello-%d", i)
@@ -63,7 +65,7 @@ func TestStatePinListenNotify(t *testing.T) {
 			t.Fatalf("notification %d: got %s/%q, want %s/%q", i, n.Channel, n.Payload, ch, payload)
 		}
 		// The listener keeps working between notifications, on its backend.
-		if got := backendPID(t, listener); got != pid {
+		if got := testenv.BackendPID(t, listener); got != pid {
 			t.Fatalf("listening session moved from backend %d to %d", pid, got)
 		}
 	}
@@ -102,7 +104,7 @@ func TestStatePinTempTable(t *testing.T) {
 	app := stPinApp("sttemp")
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
-	tbl := stName(t, "lp_tmp")
+	tbl := uniqueName(t, "lp_tmp")
 	c := l.connect(t, "app", "appdb")
 	other := l.connect(t, "app", "appdb")
 
@@ -117,13 +119,13 @@ func TestStatePinTempTable(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p := l.pinned(app.name, ""); p != 0 {
+	if p := l.Pinned(app.name, ""); p != 0 {
 		t.Fatalf("ON COMMIT DROP temp table pinned the session (gauge %v)", p)
 	}
 
 	stExec(t, c, "CREATE TEMP TABLE "+tbl+" (i int)")
 	l.wantPinned(t, app.name, "temp_table", 1)
-	pid := backendPID(t, c)
+	pid := testenv.BackendPID(t, c)
 	for i := 1; i <= 5; i++ {
 		if _, err := c.Exec(ctx, "INSERT INTO "+tbl+" VALUES ($1)", i); err != nil {
 			t.Fatalf("insert %d: %v", i, err)
@@ -138,7 +140,7 @@ func TestStatePinTempTable(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*), sum(i) FROM "+tbl).Scan(&n, &sum); err != nil || n != 5 || sum != 15 {
 		t.Fatalf("temp table across transactions: count %d sum %d, %v; want 5, 15", n, sum, err)
 	}
-	if got := backendPID(t, c); got != pid {
+	if got := testenv.BackendPID(t, c); got != pid {
 		t.Fatalf("session with a temp table moved from backend %d to %d", pid, got)
 	}
 	// Nobody else sees it.
@@ -155,7 +157,7 @@ func TestStatePinHoldCursor(t *testing.T) {
 	app := stPinApp("stcursor")
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
-	cur := stName(t, "lp_cur")
+	cur := uniqueName(t, "lp_cur")
 	c := l.connect(t, "app", "appdb")
 
 	// A cursor without HOLD ends with its transaction: no pin.
@@ -169,7 +171,7 @@ func TestStatePinHoldCursor(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p := l.pinned(app.name, ""); p != 0 {
+	if p := l.Pinned(app.name, ""); p != 0 {
 		t.Fatalf("a cursor without HOLD pinned the session (gauge %v)", p)
 	}
 
@@ -222,7 +224,7 @@ func TestStatePinPrepare(t *testing.T) {
 	app := stPinApp("stprepare")
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
-	name := stName(t, "lp_p")
+	name := uniqueName(t, "lp_p")
 	c := l.connect(t, "app", "appdb")
 
 	stExec(t, c, "PREPARE "+name+"(int) AS SELECT $1 + 1")
@@ -267,7 +269,7 @@ func TestStateReject(t *testing.T) {
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
 	c := l.connect(t, "app", "appdb")
-	n := stName(t, "lp_rej")
+	n := uniqueName(t, "lp_rej")
 
 	_, err := c.Exec(ctx, "LISTEN "+n)
 	stWantReject(t, "LISTEN", err)
@@ -291,7 +293,7 @@ func TestStateReject(t *testing.T) {
 
 	// Nothing of it exists on the server, nothing is pinned, and the client
 	// goes on normally.
-	if p := l.pinned(app.name, ""); p != 0 {
+	if p := l.Pinned(app.name, ""); p != 0 {
 		t.Errorf("pinned gauge %v after refusals", p)
 	}
 	var listening, prepared int
@@ -329,7 +331,7 @@ func TestStateCleanReturn(t *testing.T) {
 	app.max, app.pinned = 2, 1
 	l := startLockpool(t, 10, "", app)
 	ctx := context.Background()
-	n := stName(t, "lp_cl")
+	n := uniqueName(t, "lp_cl")
 	const lockKey = 0x5e55_0005
 
 	super := superConn(t, "appdb")
@@ -356,7 +358,7 @@ func TestStateCleanReturn(t *testing.T) {
 	stExec(t, prev, "SELECT set_config('DateStyle', 'SQL, DMY', false)")
 	stExec(t, prev, "LISTEN "+n)
 	l.wantPinned(t, app.name, "", 1)
-	pid := backendPID(t, prev)
+	pid := testenv.BackendPID(t, prev)
 	stExec(t, prev, "CREATE TEMP TABLE "+n+" (i int)")
 	stExec(t, prev, "BEGIN; DECLARE "+n+"_cur CURSOR WITH HOLD FOR SELECT 1; COMMIT")
 	stExec(t, prev, "PREPARE "+n+"_stmt AS SELECT 1")
@@ -377,7 +379,7 @@ func TestStateCleanReturn(t *testing.T) {
 	if listening != 1 || temps == 0 || cursors != 1 || stmts != 1 || locks != 1 {
 		t.Fatalf("set-up incomplete: %d channels, %d temp relations, %d cursors, %d SQL statements, %d advisory locks", listening, temps, cursors, stmts, locks)
 	}
-	if got := backendPID(t, prev); got != pid {
+	if got := testenv.BackendPID(t, prev); got != pid {
 		t.Fatalf("pinned session moved from backend %d to %d", pid, got)
 	}
 	if err := prev.Close(ctx); err != nil {
@@ -392,7 +394,7 @@ func TestStateCleanReturn(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c := l.connect(t, "app", "appdb")
-		if backendPID(t, c) == pid {
+		if testenv.BackendPID(t, c) == pid {
 			next = c
 			break
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
 
-// Issue 5, acceptance 3: SET search_path / statement_timeout / TimeZone by
+// SET search_path / statement_timeout / TimeZone by
 // one client are never visible to other clients, and the setter always sees
 // its own values, over interleaved transactions on a budget of 2.
 

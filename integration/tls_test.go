@@ -1,6 +1,6 @@
 package integration
 
-// Issue 7, acceptance 4: TLS on both sides.
+// TLS on both sides.
 //   - client side: psql sslmode=verify-full against lockpool's certificate
 //     works; pgx sslmode=require works; a plaintext client is refused with a
 //     lockpool: message when tls.required is set; a failed handshake closes

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Issue 2, acceptance 4: 200 concurrent clients on a budget of 4 commit all
+// 200 concurrent clients on a budget of 4 commit all
 // of 20,000 short transactions, and never use more than 4 server backends.
 func TestPool200ClientsBudget4(t *testing.T) {
 	t.Parallel()
@@ -128,7 +128,7 @@ func TestPool200ClientsBudget4(t *testing.T) {
 	}
 }
 
-// Issue 2, acceptance 4: with the budget held past wait_timeout a waiting
+// With the budget held past wait_timeout a waiting
 // client gets 53300 with a lockpool: message, stays connected, and succeeds
 // on retry on the same connection.
 func TestWaitTimeout53300(t *testing.T) {

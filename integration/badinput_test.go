@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Issue 2, acceptance 7: wrong password, unknown user, unknown database,
+// Wrong password, unknown user, unknown database,
 // protocol 2.0 and 1 KB of random bytes each get the documented error (or a
 // clean close) and leave no goroutine behind.
 //

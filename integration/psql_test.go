@@ -16,7 +16,7 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
-// Issue 2, acceptance 3: psql through lockpool.
+// psql through lockpool.
 
 func TestPsqlDescribeAndMultiStatement(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Issue 2, acceptance 6: two clients with different startup TimeZone,
+// Two clients with different startup TimeZone,
 // DateStyle, application_name and search_path sharing one server connection
 // each see only their own values over 1,000 interleaved transactions.
 func TestSessionParamsSharedServerConn(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
 
-// Issue 2, acceptance 8: /health/ready turns 503 within 2 s of PostgreSQL
+// /health/ready turns 503 within 2 s of PostgreSQL
 // stopping and 200 again after it restarts; new transactions through
 // lockpool succeed after the restart with no restart of lockpool.
 //
@@ -145,7 +145,7 @@ func TestHealthReadyAcrossPostgresRestart(t *testing.T) {
 	}
 }
 
-// Issue 2 (server side): a broken idle server connection is discarded, not
+// A broken idle server connection is discarded, not
 // handed to the next transaction. The backend is killed while idle in the
 // pool; the client's next statements must run on a fresh connection.
 func TestBrokenIdleServerConnDiscarded(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Issue 2, acceptance 2: pgbench -i -s 5, then pgbench -c 50 -j 2 in TPC-B
+// pgbench -i -s 5, then pgbench -c 50 -j 2 in TPC-B
 // and -S modes, each -M simple and -M extended, through lockpool with an
 // application budget of 10: zero failed transactions and never more than 10
 // server backends from lockpool. (-T 5 instead of 15 to keep the package run

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Issue 2, acceptance 5: a client that dies after BEGIN; INSERT … leaves no
+// A client that dies after BEGIN; INSERT … leaves no
 // row and no open transaction on the server.
 func TestClientDiesMidTransaction(t *testing.T) {
 	t.Parallel()
