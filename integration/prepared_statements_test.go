@@ -1063,3 +1063,52 @@ func TestPreparedLibPQResultTypeChange(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedWireParseAfterDrop: once the table a statement text reads is
+// dropped, a Parse of that text (prepared before by another client) gets
+// 42P01 at that Parse, before its Sync's ReadyForQuery, and the name stays
+// free, whether or not lockpool saw the DROP.
+func TestPreparedWireParseAfterDrop(t *testing.T) {
+	t.Parallel()
+	for _, tg := range prepDDLTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := testenv.Context(t, time.Minute)
+			o := setupPrepObjects(t, ctx)
+			d := tg.open(t)
+			ddl, err := pgx.Connect(ctx, d.ddl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ddl.Close(context.Background())
+			if _, err := ddl.Exec(ctx, o.expand("CREATE TABLE {t} (v int); INSERT INTO {t} VALUES (1)")); err != nil {
+				t.Fatal(err)
+			}
+			q := o.expand("SELECT v FROM {t}")
+			other, err := pgx.Connect(ctx, d.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close(context.Background())
+			if _, err := other.PgConn().Prepare(ctx, "a", q, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ddl.Exec(ctx, o.expand("DROP TABLE {t}")); err != nil {
+				t.Fatal(err)
+			}
+			fe, nc := rawClient(t, ctx, d.client)
+			got := wireTrace(t, fe, nc, []wireRound{
+				{send: []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b", Query: q}, &pgproto3.Sync{}}},
+				{send: []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b", Query: "SELECT 2"},
+					&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
+			})
+			want := []string{"E:42P01 Z:I", "1 2 D:2 C:SELECT 1 Z:I"}
+			if !slices.Equal(got, want) {
+				side := "lockpool differs from PostgreSQL"
+				if !tg.lockpool {
+					side = "PostgreSQL itself differs: the expectation is wrong"
+				}
+				t.Errorf("%s:\n got  %q\n want %q", side, got, want)
+			}
+		})
+	}
+}
