@@ -170,3 +170,13 @@ func flEnsureDB(t testing.TB, c *pgtest.Cluster, name, owner string) {
 	t.Helper()
 	testenv.EnsureDatabase(t, c, name, owner)
 }
+
+// rollbackFailedBegin ends the failed transaction block a BEGIN leaves when
+// lockpool could not reach PostgreSQL for it (ReadyForQuery 'E': every
+// statement gets 25P02 until ROLLBACK, so none runs in autocommit by
+// mistake). pgx's Begin returns the error without ending the block.
+func rollbackFailedBegin(ctx context.Context, conn *pgx.Conn) {
+	if conn != nil && !conn.IsClosed() && conn.PgConn().TxStatus() == 'E' {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+}
