@@ -94,16 +94,12 @@ func (s *session) onParse(n int) error {
 	if err != nil {
 		return err
 	}
-	name, rest, ok := wire.CString(body)
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Parse message")
+	msg, err := wire.ParseParse(body)
+	if err != nil {
+		return err
 	}
-	query, _, ok := wire.CString(rest)
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Parse message")
-	}
+	name, query := msg.Name, msg.SQL
+	rest := body[len(name)+1:] // query and parameter types, as on the wire
 	if s.virt != nil {
 		s.forgetVirtual(name)
 	}
@@ -117,17 +113,14 @@ func (s *session) onParse(n int) error {
 		s.unnamedParse = append(s.unnamedParse[:0], rest...)
 		s.unnamedBegin = begins
 		if err := s.toServer(replyParse, opPass); err != nil {
-			s.consume(n)
 			return s.attachFailed(err, false, begins)
 		}
 		s.unnamedHere = true
 		s.sout = wire.AppendFrame(s.sout, 'P', body)
-		s.consume(n)
 		return nil
 	}
 	nameS := string(name)
 	restCopy := append([]byte(nil), rest...)
-	s.consume(n)
 	if f.Lease != nil || f.LeaseMention {
 		return s.onLeaseParse(&f, nameS, restCopy)
 	}
@@ -264,20 +257,14 @@ func (s *session) onBind(n int) error {
 	if err != nil {
 		return err
 	}
-	portal, rest, ok := wire.CString(body)
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Bind message")
+	msg, err := wire.ParseBind(body)
+	if err != nil {
+		return err
 	}
-	name, tail, ok := wire.CString(rest)
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Bind message")
-	}
+	portal, name, tail := msg.Portal, msg.Stmt, msg.Tail
 	if s.virt != nil {
 		if vs := s.virtualStmt(name); vs != nil {
 			err := s.bindVirtual(vs, append([]byte(nil), portal...), append([]byte(nil), tail...))
-			s.consume(n)
 			return err
 		}
 	}
@@ -292,7 +279,6 @@ func (s *session) onBind(n int) error {
 		st = s.stmts[string(name)]
 		if st == nil {
 			e := errNoStmt(name)
-			s.consume(n)
 			return s.fail(e, false)
 		}
 		f = &st.find
@@ -301,10 +287,8 @@ func (s *session) onBind(n int) error {
 	// must outlive the read buffer.
 	if f.Advisory || len(f.State) > 0 || len(f.Sets) > 0 {
 		body = append([]byte(nil), body...)
-		portal, rest, _ = wire.CString(body)
-		_, tail, _ = wire.CString(rest)
-		s.consume(n)
-		n = -1
+		msg, _ = wire.ParseBind(body)
+		portal, tail = msg.Portal, msg.Tail
 		d := s.decide(f)
 		ok, err := s.apply(d, f, false)
 		if !ok || err != nil {
@@ -312,13 +296,6 @@ func (s *session) onBind(n int) error {
 		}
 		s.trackSets(f)
 	}
-	consumed := func() {
-		if n >= 0 {
-			s.consume(n)
-			n = -1
-		}
-	}
-	defer consumed()
 	if st == nil {
 		if err := s.ensureUnnamed(); err != nil {
 			return err
@@ -348,24 +325,17 @@ func (s *session) onDescribe(n int) error {
 	if err != nil {
 		return err
 	}
-	if len(body) < 2 {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Describe message")
+	d, err := wire.ParseDescribe(body)
+	if err != nil {
+		return err
 	}
-	kind := body[0]
-	name, _, ok := wire.CString(body[1:])
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Describe message")
-	}
+	kind, name := d.Kind, d.Name
 	if s.virt != nil {
 		if kind == 'S' {
 			if vs := s.virtualStmt(name); vs != nil {
-				s.consume(n)
 				return s.describeVirtual(vs, nil)
 			}
 		} else if vp := s.vportals[string(name)]; vp != nil {
-			s.consume(n)
 			return s.describeVirtual(nil, vp)
 		}
 	}
@@ -377,24 +347,19 @@ func (s *session) onDescribe(n int) error {
 		msg := body // valid until the next read; nothing reads the client before it is appended
 		if kind == 'S' {
 			if err := s.ensureUnnamed(); err != nil {
-				s.consume(n)
 				return err
 			}
 			if s.skipping {
-				s.consume(n)
 				return nil
 			}
 		}
 		if err := s.toServer(rk, opPass); err != nil {
-			s.consume(n)
 			return s.attachFailed(err, false, false)
 		}
 		s.sout = wire.AppendFrame(s.sout, 'D', msg)
-		s.consume(n)
 		return nil
 	}
 	st := s.stmts[string(name)]
-	s.consume(n)
 	if st == nil {
 		return s.fail(errNoStmt(name), false)
 	}
@@ -419,16 +384,11 @@ func (s *session) onClose(n int) error {
 	if err != nil {
 		return err
 	}
-	if len(body) < 2 {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Close message")
+	c, err := wire.ParseClose(body)
+	if err != nil {
+		return err
 	}
-	kind := body[0]
-	name, _, ok := wire.CString(body[1:])
-	if !ok {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Close message")
-	}
+	kind, name := c.Kind, c.Name
 	if s.virt != nil {
 		_, isStmt := s.virt[string(name)]
 		_, isPortal := s.vportals[string(name)]
@@ -438,50 +398,45 @@ func (s *session) onClose(n int) error {
 			} else {
 				delete(s.vportals, string(name))
 			}
-			s.consume(n)
 			s.pushLocal(msgCloseComplete, nil)
 			return nil
 		}
 	}
 	if kind == 'S' && len(name) > 0 {
 		delete(s.stmts, string(name))
-		s.consume(n)
 		s.pushLocal(msgCloseComplete, nil)
 		return nil
 	}
 	msg := body // valid until the next read
 	if err := s.toServer(replyClose, opPass); err != nil {
-		s.consume(n)
 		return s.attachFailed(err, false, false)
 	}
 	s.sout = wire.AppendFrame(s.sout, 'C', msg)
-	s.consume(n)
 	return nil
 }
 
 // onExecute handles Execute: a bound lease call is run by lockpool, any
 // other portal is the server's.
 func (s *session) onExecute(n int) error {
-	if s.vportals != nil && n <= s.r.Size() {
-		body, err := s.body(n)
-		if err != nil {
-			return err
-		}
-		portal, _, ok := wire.CString(body)
-		if !ok {
-			s.consume(n)
-			return wire.ProtocolErrorf("invalid Execute message")
-		}
-		if vp := s.vportals[string(portal)]; vp != nil {
-			s.consume(n)
+	body, err := s.body(n)
+	if err != nil {
+		return err
+	}
+	e, err := wire.ParseExecute(body)
+	if err != nil {
+		return err
+	}
+	if s.vportals != nil {
+		if vp := s.vportals[string(e.Portal)]; vp != nil {
 			return s.executeVirtual(vp)
 		}
 	}
 	if err := s.toServer(replyExecute, opPass); err != nil {
-		_ = s.discard(n)
 		return s.attachFailed(err, false, false)
 	}
-	return s.forwardBody('E', n)
+	// body aliases the read buffer; nothing read the client since.
+	s.sout = wire.AppendFrame(s.sout, 'E', body)
+	return nil
 }
 
 // ensureUnnamed makes sure the attached server connection has this client's

@@ -88,7 +88,6 @@ type session struct {
 	unnamedHere  bool   // the attached connection has it
 	unnamedBegin bool   // it opens a transaction block
 	stmts        map[string]*stmt
-	scratch      []byte
 
 	// Settings read back at the next idle point.
 	setsPending  bool
@@ -273,30 +272,10 @@ func (s *session) idle() error {
 	return nil
 }
 
-// body returns the n-byte message body. It aliases the read buffer when it
-// fits (valid until consume) and is a fresh slice otherwise.
-func (s *session) body(n int) ([]byte, error) {
-	if n <= s.r.Size() {
-		return s.r.Peek(n)
-	}
-	if cap(s.scratch) < n {
-		s.scratch = make([]byte, n)
-	}
-	b := s.scratch[:n]
-	if _, err := io.ReadFull(s.r, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// consume drops a body obtained from body.
-func (s *session) consume(n int) {
-	if n <= s.r.Size() {
-		_, _ = s.r.Discard(n)
-	} else if n > 64<<10 {
-		s.scratch = nil
-	}
-}
+// body reads and consumes the n-byte body of the message whose header was
+// just read. It aliases the reader's buffer (or its scratch buffer for a
+// large message) and is valid until the next read from the client.
+func (s *session) body(n int) ([]byte, error) { return s.r.Body(n) }
 
 func (s *session) discard(n int) error {
 	_, err := s.r.Discard(n)
@@ -768,27 +747,24 @@ func (s *session) onQuery(n int) error {
 	if err != nil {
 		return err
 	}
-	if len(body) == 0 || body[len(body)-1] != 0 {
-		s.consume(n)
-		return wire.ProtocolErrorf("invalid Query message")
+	q, err := wire.ParseQuery(body)
+	if err != nil {
+		return err
 	}
-	f := analyze(body[:len(body)-1])
+	f := analyze(q.SQL)
 	if !f.Hit() {
-		if changesSchema(body[:len(body)-1]) {
+		if changesSchema(q.SQL) {
 			s.srv.stmts.retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {
-			begins := txCommandOf(body[:len(body)-1]) == txBegin
-			s.consume(n)
+			begins := txCommandOf(q.SQL) == txBegin
 			return s.attachFailed(err, true, begins)
 		}
 		// body aliases the read buffer; nothing read the client since.
 		s.sout = wire.AppendFrame(s.sout, 'Q', body)
-		s.consume(n)
 		return nil
 	}
-	sql := string(body[:len(body)-1])
-	s.consume(n)
+	sql := string(q.SQL)
 	if f.Lease != nil || f.LeaseMention {
 		return s.onLeaseQuery(&f, sql)
 	}

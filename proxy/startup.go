@@ -334,9 +334,13 @@ func serverLoginError(err error, database string, as *appState) error {
 			hint = "Check the database name in the connection string."
 		case "28P01", "28000":
 			hint = "lockpool could not log in to PostgreSQL with the password configured for this user; check users[].password."
+		case "57P01", "57P02", "57P03":
+			hint = "PostgreSQL ended lockpool's login to it (shutting down, restarting, or the backend was terminated); retry in a moment."
+		case "53300":
+			hint = "PostgreSQL has no connection slot free for lockpool (its max_connections); lower server.max_connections or raise PostgreSQL's."
 		}
 		if hint == "" {
-			hint = "The PostgreSQL server refused lockpool's login."
+			hint = fmt.Sprintf("PostgreSQL answered lockpool's login to it with this error (SQLSTATE %s).", pge.Code)
 		}
 		return &pgError{Code: pge.Code, Message: msg, Hint: hint}
 	}

@@ -174,11 +174,9 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 		_, rest, ok := wire.CString(body)
 		query, _, ok2 := wire.CString(rest)
 		if !ok || !ok2 {
-			s.consume(n)
 			return wire.ProtocolErrorf("invalid Parse message")
 		}
 		c := txCommandOf(query)
-		s.consume(n)
 		if c == txExit || c == txCommit {
 			s.localExit = true
 			s.pushLocal(msgParseComplete, nil)
