@@ -116,7 +116,7 @@ type soak struct {
 	abortCtx context.Context
 	abort    context.CancelFunc
 
-	locks *lockLog
+	locks *testenv.LockLog
 
 	killerSU *pgx.Conn // the killer's superuser connection (lease kill marks)
 
@@ -230,7 +230,7 @@ func run() int {
 		return 2
 	}
 
-	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: newLockLog(),
+	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: testenv.NewLockLog(),
 		counts: map[string]int64{}, violByKind: map[string]int64{}, reported: map[string]bool{}}
 	s.pgb.errCounts = map[string]int{}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())

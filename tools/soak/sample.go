@@ -174,7 +174,7 @@ func (s *soak) runLockChecker(su *pgx.Conn, done chan struct{}) {
 		} else {
 			s.lockChecks.Add(1)
 		}
-		s.locks.prune(time.Now().Add(-30 * time.Second))
+		s.locks.Prune(time.Now().Add(-30 * time.Second))
 	}
 }
 
@@ -220,7 +220,7 @@ func (s *soak) checkLocks(su *pgx.Conn) error {
 		if x.sub == 1 && x.key == lease.MigrationLockKey {
 			continue
 		}
-		if x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN && s.locks.explains(uint32(x.pid), x.key, qs, qe) {
+		if x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN && s.locks.Explains(uint32(x.pid), x.key, qs, qe) {
 			continue
 		}
 		s.violateOnce("lock", fmt.Sprintf("lock %d %d %d", x.pid, x.key, x.sub),
