@@ -7,8 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -213,22 +211,11 @@ $`)
 
 func TestLeaseClientsNode(t *testing.T) {
 	t.Parallel()
-	nodeDir, err := filepath.Abs("node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, nodeErr := exec.LookPath("node")
-	_, modErr := os.Stat(filepath.Join(nodeDir, "node_modules", "pg", "package.json"))
-	if nodeErr != nil || modErr != nil {
-		skipOrFail(t, "node or integration/node/node_modules/pg is missing (run: npm ci --prefix integration/node)")
-	}
-	a := startLockpool(t, 10, "instance_id: node-a")
-	b := startLockpool(t, 10, "instance_id: node-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "lease.js")
-	cmd.Dir = nodeDir
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+a.url("app", "appdb"), "DATABASE_URL2="+b.url("app", "appdb"),
+	a := startLockpool(t, 10, "instance_id: node-a")
+	b := startLockpool(t, 10, "instance_id: node-b")
+	cmd := nodeCommand(ctx, t, "lease.js", "DATABASE_URL="+a.url("app", "appdb"), "DATABASE_URL2="+b.url("app", "appdb"),
 		fmt.Sprintf("LEASE_NAME=node-%d", time.Now().UnixNano()))
 	out, err := cmd.CombinedOutput()
 	t.Logf("node lease.js: %s", strings.TrimSpace(string(out)))

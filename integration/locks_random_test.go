@@ -48,62 +48,10 @@ const lkrKeyCond = "locktype = 'advisory' AND granted AND objsubid = 1 AND " + l
 // lkrOwnSQL lists the advisory keys the serving backend holds.
 const lkrOwnSQL = "SELECT pg_backend_pid(), ARRAY(SELECT " + lkrKeyExpr + " FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid() ORDER BY 1)"
 
-// lkrIv is one period in which a client may hold key on backend pid: from
-// just before the acquiring statement was sent until just after the
-// releasing statement answered (or the client disconnected, plus grace).
-type lkrIv struct {
-	key    int64
-	client int
-	pid    uint32 // 0 until the acquiring statement answered: any backend
-	from   time.Time
-	to     time.Time // zero while open
-}
-
-type lkrLog struct {
-	mu    sync.Mutex
-	byKey map[int64][]*lkrIv
-}
-
-func (g *lkrLog) open(client int, key int64) *lkrIv {
-	iv := &lkrIv{key: key, client: client, from: time.Now()}
-	g.mu.Lock()
-	g.byKey[key] = append(g.byKey[key], iv)
-	g.mu.Unlock()
-	return iv
-}
-
-func (g *lkrLog) setPID(iv *lkrIv, pid uint32) {
-	g.mu.Lock()
-	iv.pid = pid
-	g.mu.Unlock()
-}
-
-func (g *lkrLog) close(iv *lkrIv, at time.Time) {
-	g.mu.Lock()
-	iv.to = at
-	g.mu.Unlock()
-}
-
-// explains reports whether some client may have held key on pid at some
-// moment between qs and qe.
-func (g *lkrLog) explains(pid uint32, key int64, qs, qe time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, iv := range g.byKey[key] {
-		if iv.from.After(qe) || (!iv.to.IsZero() && iv.to.Before(qs)) {
-			continue
-		}
-		if iv.pid == 0 || iv.pid == pid {
-			return true
-		}
-	}
-	return false
-}
-
 type lkrRun struct {
 	t      *testing.T
 	l      *lp
-	log    *lkrLog
+	log    *testenv.LockLog
 	fails  atomic.Int64
 	dumped atomic.Bool
 	mu     sync.Mutex
@@ -130,7 +78,7 @@ type lkrClient struct {
 	rng   *rand.Rand
 	conn  *pgx.Conn
 	local string
-	held  map[int64][]*lkrIv
+	held  map[int64][]*testenv.LockHold
 	pid   uint32 // the pinned backend while held is not empty
 }
 
@@ -163,12 +111,12 @@ func (c *lkrClient) heldKeys() []int64 {
 	return ks
 }
 
-func (c *lkrClient) push(key int64, iv *lkrIv, pid uint32) {
+func (c *lkrClient) push(key int64, iv *testenv.LockHold, pid uint32) {
 	if len(c.heldKeys()) > 0 && pid != c.pid {
 		c.r.failf("client %d: took %d on backend %d while pinned to backend %d", c.id, key, pid, c.pid)
 	}
 	c.pid = pid
-	c.r.log.setPID(iv, pid)
+	c.r.log.SetPID(iv, pid)
 	c.held[key] = append(c.held[key], iv)
 }
 
@@ -176,7 +124,7 @@ func (c *lkrClient) push(key int64, iv *lkrIv, pid uint32) {
 func (c *lkrClient) dropAll(at time.Time) {
 	for k, s := range c.held {
 		for _, iv := range s {
-			c.r.log.close(iv, at)
+			c.r.log.Close(iv, at)
 		}
 		delete(c.held, k)
 	}
@@ -270,20 +218,20 @@ func (c *lkrClient) opTry(ctx context.Context, shared bool) {
 	if shared {
 		key, fn = c.pickKey(lkrShBase, lkrShN), "pg_try_advisory_lock_shared"
 	}
-	iv := c.r.log.open(c.id, key)
+	iv := c.r.log.Open(c.id, key)
 	var ok bool
 	var pid int32
 	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
 	now := time.Now()
 	if err != nil {
-		c.r.log.close(iv, now)
+		c.r.log.Close(iv, now)
 		if !c.acceptable(err) {
 			c.unexpected(fn, err)
 		}
 		return
 	}
 	if !ok {
-		c.r.log.close(iv, now)
+		c.r.log.Close(iv, now)
 		c.r.count(fn + "=f")
 		if len(c.held[key]) > 0 {
 			c.r.failf("client %d: %s(%d) = false although it holds the key", c.id, fn, key)
@@ -306,7 +254,7 @@ func (c *lkrClient) opLock(ctx context.Context) {
 	if len(c.held[key]) > 0 {
 		return
 	}
-	iv := c.r.log.open(c.id, key)
+	iv := c.r.log.Open(c.id, key)
 	var s string
 	var pid int32
 	err := c.conn.QueryRow(ctx, "SELECT pg_advisory_lock($1::bigint)::text, pg_backend_pid() FROM (SELECT set_config('lock_timeout', '100ms', true)) s", c.mode(), key).Scan(&s, &pid)
@@ -322,7 +270,7 @@ func (c *lkrClient) opLock(ctx context.Context) {
 		var p int32
 		var keys []int64
 		if err := c.conn.QueryRow(ctx, lkrOwnSQL).Scan(&p, &keys); err != nil {
-			c.r.log.close(iv, time.Now())
+			c.r.log.Close(iv, time.Now())
 			if !c.acceptable(err) {
 				c.unexpected("own-locks after lock_timeout", err)
 			}
@@ -333,9 +281,9 @@ func (c *lkrClient) opLock(ctx context.Context) {
 			c.push(key, iv, uint32(p))
 			return
 		}
-		c.r.log.close(iv, time.Now())
+		c.r.log.Close(iv, time.Now())
 	default:
-		c.r.log.close(iv, now)
+		c.r.log.Close(iv, now)
 		if !c.acceptable(err) {
 			c.unexpected("pg_advisory_lock", err)
 		}
@@ -355,13 +303,13 @@ func (c *lkrClient) opTryInTx(ctx context.Context) {
 		return
 	}
 	key := c.pickKey(lkrExclBase, lkrExclN)
-	iv := c.r.log.open(c.id, key)
+	iv := c.r.log.Open(c.id, key)
 	var ok bool
 	var pid int32
 	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", m, key).Scan(&ok, &pid)
 	if err != nil {
 		_ = tx.Rollback(ctx)
-		c.r.log.close(iv, time.Now())
+		c.r.log.Close(iv, time.Now())
 		if !c.acceptable(err) {
 			c.unexpected("try-lock in a transaction", err)
 		}
@@ -380,7 +328,7 @@ func (c *lkrClient) opTryInTx(ctx context.Context) {
 		err = tx.Commit(ctx)
 	}
 	if !ok {
-		c.r.log.close(iv, time.Now())
+		c.r.log.Close(iv, time.Now())
 	}
 	c.r.count(fmt.Sprintf("try-lock-in-tx=%v/%s", ok, end))
 	if err != nil {
@@ -404,13 +352,13 @@ func (c *lkrClient) opXact(ctx context.Context) {
 	if c.rng.Intn(2) == 0 {
 		fn += "_shared"
 	}
-	iv := c.r.log.open(c.id, key)
+	iv := c.r.log.Open(c.id, key)
 	var ok bool
 	var pid int32
 	err = tx.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
 	if err != nil {
 		_ = tx.Rollback(ctx)
-		c.r.log.close(iv, time.Now())
+		c.r.log.Close(iv, time.Now())
 		if !c.acceptable(err) {
 			c.unexpected(fn, err)
 		}
@@ -419,7 +367,7 @@ func (c *lkrClient) opXact(ctx context.Context) {
 	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
 	var extra []int64
 	if ok {
-		c.r.log.setPID(iv, uint32(pid))
+		c.r.log.SetPID(iv, uint32(pid))
 		extra = []int64{key}
 	}
 	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
@@ -427,7 +375,7 @@ func (c *lkrClient) opXact(ctx context.Context) {
 	}
 	if !c.verifyOwn(ctx, tx, extra, "inside a transaction with an xact lock") {
 		_ = tx.Rollback(ctx)
-		c.r.log.close(iv, time.Now())
+		c.r.log.Close(iv, time.Now())
 		return
 	}
 	if c.rng.Intn(2) == 0 {
@@ -435,7 +383,7 @@ func (c *lkrClient) opXact(ctx context.Context) {
 	} else {
 		err = tx.Rollback(ctx)
 	}
-	c.r.log.close(iv, time.Now())
+	c.r.log.Close(iv, time.Now())
 	if err != nil {
 		c.unexpected("end of xact-lock transaction", err)
 	}
@@ -475,7 +423,7 @@ func (c *lkrClient) opUnlock(ctx context.Context, shared bool) {
 	}
 	if ok && holds {
 		s := c.held[key]
-		c.r.log.close(s[len(s)-1], now)
+		c.r.log.Close(s[len(s)-1], now)
 		c.held[key] = s[:len(s)-1]
 		if len(c.held[key]) == 0 {
 			delete(c.held, key)
@@ -579,13 +527,13 @@ func TestLocksRandomized(t *testing.T) {
 	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
 
 	l := startLockpool(t, 12, "", appYAML{name: lkrApp, user: lkrUser, db: "appdb", max: lkrBudget, pinned: lkrMaxPinned, advisory: "pin", state: "pin", wait: "500ms"})
-	r := &lkrRun{t: t, l: l, log: &lkrLog{byKey: map[int64][]*lkrIv{}}, counts: map[string]int{}}
+	r := &lkrRun{t: t, l: l, log: testenv.NewLockLog(), counts: map[string]int{}}
 	checkSU := superConn(t, "appdb")
 	su := superConn(t, "appdb")
 
 	clients := make([]*lkrClient, lkrClients)
 	for i := range clients {
-		c := &lkrClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][]*lkrIv{}}
+		c := &lkrClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][]*testenv.LockHold{}}
 		if err := c.connect(); err != nil {
 			t.Fatal(err)
 		}
@@ -637,7 +585,7 @@ func TestLocksRandomized(t *testing.T) {
 		rows.Close()
 		qe := time.Now()
 		for _, x := range got {
-			if !r.log.explains(uint32(x.pid), x.key, qs, qe) {
+			if !r.log.Explains(uint32(x.pid), x.key, qs, qe) {
 				r.failf("checker: backend %d holds advisory lock %d, but no client holds it there (a lock outlived its session or went to another client)", x.pid, x.key)
 			}
 		}

@@ -51,11 +51,6 @@ type prepTarget struct {
 	open     func(t *testing.T) prepDSNs
 }
 
-// directDSN is role app on appdb directly on the shared cluster.
-func directDSN(t *testing.T) string {
-	return pgtest.Require(t).DSN("app", appPassword, "appdb")
-}
-
 // startPrepLockpool starts a lockpool whose application api (role app,
 // appdb) has budget prepBudget.
 func startPrepLockpool(t *testing.T) *lp {
@@ -69,7 +64,7 @@ func startPrepLockpool(t *testing.T) *lp {
 func prepTargets() []prepTarget {
 	return []prepTarget{
 		{name: "direct", open: func(t *testing.T) prepDSNs {
-			d := directDSN(t)
+			d := directDSN(t, "app", "appdb")
 			return prepDSNs{client: d, ddl: d}
 		}},
 		{name: "lockpool", lockpool: true, open: func(t *testing.T) prepDSNs {
@@ -91,7 +86,7 @@ func prepDDLTargets() []prepTarget {
 		}},
 		{name: "lockpool_ddl_direct", lockpool: true, open: func(t *testing.T) prepDSNs {
 			l := startPrepLockpool(t)
-			return prepDSNs{client: l.dsn("app", "appdb"), ddl: directDSN(t)}
+			return prepDSNs{client: l.dsn("app", "appdb"), ddl: directDSN(t, "app", "appdb")}
 		}},
 	}
 }

@@ -198,30 +198,12 @@ func stWriteOwned(t *testing.T, path, content string, cred *syscall.Credential) 
 // at concurrency 20 on a budget of 2 (integration/node/named.js).
 func TestNodeNamedQueries(t *testing.T) {
 	t.Parallel()
-	nodeDir, err := filepath.Abs("node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, nodeErr := exec.LookPath("node")
-	_, modErr := os.Stat(filepath.Join(nodeDir, "node_modules", "pg", "package.json"))
-	if nodeErr != nil || modErr != nil {
-		why := "node is not installed"
-		if nodeErr == nil {
-			why = "integration/node/node_modules/pg is missing (run: npm ci --prefix integration/node)"
-		}
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s (CI is set)", why)
-		}
-		t.Skip(why)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	app := defaultApp()
 	app.name, app.max, app.pinned, app.wait = "nodenamed", 2, 1, "60s"
 	l := startLockpool(t, 10, "", app)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "named.js")
-	cmd.Dir = nodeDir
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+l.url("app", "appdb"), "CONCURRENCY=20", "QUERIES=200", "STATEMENTS=10")
+	cmd := nodeCommand(ctx, t, "named.js", "DATABASE_URL="+l.url("app", "appdb"), "CONCURRENCY=20", "QUERIES=200", "STATEMENTS=10")
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	t.Logf("node named.js: %s", strings.TrimSpace(string(out)))

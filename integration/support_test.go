@@ -145,18 +145,14 @@ func skipOrFail(t testing.TB, why string) {
 	testenv.SkipOrFail(t, why)
 }
 
-// The names below are older spellings some tests still use; new code calls
-// testenv (or the names above) directly.
+// The names below are older spellings the transaction-boundary tests
+// (txn_*_test.go) still use; new code calls startYAML,
+// testenv.EnsureRole and testenv.EnsureDatabase.
 
 // flStart is startYAML.
 func flStart(t *testing.T, yaml string) (*lp, *testenv.LogBuffer) {
 	t.Helper()
 	return startYAML(t, yaml)
-}
-
-// flYAML is [testenv.UserYAML].
-func flYAML(c *pgtest.Cluster, top string, serverMax int, serverExtra, user, password, appExtra string) string {
-	return testenv.UserYAML(c, top, serverMax, serverExtra, user, password, appExtra)
 }
 
 // flEnsureRole is [testenv.EnsureRole].

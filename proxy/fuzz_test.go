@@ -124,7 +124,8 @@ func FuzzFrame(f *testing.F) {
 
 // FuzzStartup feeds arbitrary bytes to readStartup (SSLRequest, GSSENCRequest,
 // CancelRequest, startup packets) over a pipe, and the body to
-// parseStartupParams.
+// parseStartupParams. A first length word PostgreSQL would refuse gets no
+// reply at all; an accepted packet always names a user.
 func FuzzStartup(f *testing.F) {
 	s := fuzzServer(f)
 	f.Add(fzStartup(protocol30, "user", "app", "database", "appdb"))
@@ -133,21 +134,29 @@ func FuzzStartup(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x30})
 	f.Add([]byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e, 0, 1, 0, 0, 1, 2, 3, 4})
 	f.Add([]byte{0, 0, 0, 8, 0, 2, 0, 0})
+	f.Add([]byte{'X', 0, 0, 0, 4})
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add(fzStartup(protocol30, "user"))
 	f.Add(fzStartup(protocol30, "replication", "database", "user", "x"))
+	f.Add(fzStartup(protocol30, "user", "x", "options", "-c a=b --c-d=e -e"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) >= 8 {
 			_, _, _ = parseStartupParams(data[8:])
 		}
 		_, _, _ = parseStartupParams(data)
+		if o, ok := fzOptions(data); ok {
+			_, _ = optionParams(o)
+		}
 
 		client, server := net.Pipe()
 		defer client.Close()
 		_ = server.SetDeadline(time.Now().Add(5 * time.Second))
 		_ = client.SetDeadline(time.Now().Add(5 * time.Second))
+		replied := make(chan int, 1)
 		go func() {
-			// Answers (N to SSLRequest, errors) are read and dropped.
-			_, _ = io.Copy(io.Discard, client)
+			// Answers (N to SSLRequest, errors) are counted and dropped.
+			n, _ := io.Copy(io.Discard, client)
+			replied <- int(n)
 		}()
 		go func() {
 			_, _ = client.Write(data)
@@ -155,11 +164,11 @@ func FuzzStartup(f *testing.F) {
 			_ = client.Close()
 		}()
 		done := make(chan struct{})
-		var params map[string]string
+		var pkt *startupPacket
 		var err error
 		go func() {
 			defer close(done)
-			_, _, params, err = s.readStartup(server)
+			_, _, pkt, err = s.readStartup(server)
 		}()
 		select {
 		case <-done:
@@ -167,10 +176,31 @@ func FuzzStartup(f *testing.F) {
 			t.Fatalf("readStartup hung on %q", data)
 		}
 		_ = server.Close()
-		if err == nil && params["user"] == "" {
-			t.Fatalf("startup accepted without a user: %v", params)
+		if err == nil && pkt.params["user"] == "" {
+			t.Fatalf("startup accepted without a user: %v", pkt.params)
+		}
+		if len(data) >= 4 {
+			if n := binary.BigEndian.Uint32(data); n < 8 || n-4 > maxStartupLen {
+				if !errors.Is(err, errStartupLength) {
+					t.Fatalf("invalid length %d: err %v, want errStartupLength", n, err)
+				}
+				if got := <-replied; got != 0 {
+					t.Fatalf("invalid length %d: %d bytes of reply, want none", n, got)
+				}
+			}
 		}
 	})
+}
+
+// fzOptions returns the value of an "options" key in a startup packet body.
+func fzOptions(data []byte) (string, bool) {
+	parts := bytes.Split(data, []byte{0})
+	for i := 0; i+1 < len(parts); i++ {
+		if string(parts[i]) == "options" {
+			return string(parts[i+1]), true
+		}
+	}
+	return "", false
 }
 
 // FuzzSession runs a logged-in session's message loop over arbitrary client

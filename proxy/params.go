@@ -40,9 +40,6 @@ var reportedNames = map[string]string{
 // startupSkip are startup keys that are not parameters to carry.
 var startupSkip = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
 
-// forbiddenParams may not be set from the startup packet through lockpool.
-var forbiddenParams = map[string]bool{"session_authorization": true, "role": true, "is_superuser": true, "server_version": true, "server_encoding": true, "integer_datetimes": true, "in_hot_standby": true}
-
 func (p *clientParams) init(startup map[string]string) map[string]string {
 	p.vals = make(map[string]string, len(startup))
 	for k, v := range startup {
@@ -108,39 +105,27 @@ func validParamName(k string) bool {
 	return true
 }
 
-// parseOptions takes "-c name=value" and "--name=value" pieces of the
-// startup options parameter; anything else is refused clearly.
-func (s *session) parseOptions(opts string) error {
-	fields := strings.Fields(opts)
-	for i := 0; i < len(fields); i++ {
-		f := fields[i]
-		var kv string
-		switch {
-		case f == "-c" && i+1 < len(fields):
-			i++
-			kv = fields[i]
-		case strings.HasPrefix(f, "-c"):
-			kv = f[2:]
-		case strings.HasPrefix(f, "--"):
-			kv = f[2:]
-		default:
-			return &pgError{Code: "0A000", Message: "lockpool: unsupported startup option " + quoteForMsg(f), Hint: "Only -c name=value options are supported through lockpool."}
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return &pgError{Code: "0A000", Message: "lockpool: invalid startup option " + quoteForMsg(kv), Hint: "Use -c name=value."}
-		}
-		s.params.set(lower(strings.ReplaceAll(k, "-", "_")), v)
+// parseOptions reads the startup options parameter as a PostgreSQL backend
+// does and returns every setting the client asked for at login in the order
+// PostgreSQL applies them: the switches of options first, then the explicit
+// startup parameters in packet order, so that an explicit parameter wins
+// over the same one in options. The session's parameters become those
+// values, unchecked (checkStartupParams has the server check them).
+//
+// optErr is PostgreSQL's error for a bad switch or argument in options. It
+// stands only once the settings (then just those PostgreSQL applied before
+// it) passed the server's check, as on PostgreSQL, which applies each switch
+// as it reads it. err is lockpool's own refusal, reported at once.
+func (s *session) parseOptions(opts string, explicit []startupParam) (settings []startupParam, optErr, err error) {
+	settings, optErr = optionParams(opts)
+	if optErr == nil {
+		settings = append(settings, explicit...)
 	}
-	for k := range s.params.vals {
-		if !validParamName(k) {
-			return &pgError{Code: "42704", Message: "lockpool: invalid parameter name " + quoteForMsg(k), Hint: "Check the connection parameters."}
-		}
-		if forbiddenParams[k] {
-			return &pgError{Code: "0A000", Message: "lockpool: parameter " + quoteForMsg(k) + " cannot be set at connection start through lockpool", Hint: "Remove it from the connection parameters."}
-		}
+	if err := checkUnsupportedParams(settings); err != nil {
+		return nil, nil, err
 	}
-	return nil
+	s.setStartupValues(settings, nil)
+	return settings, optErr, nil
 }
 
 func quoteForMsg(s string) string { return `"` + s + `"` }

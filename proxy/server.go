@@ -72,6 +72,8 @@ type Server struct {
 	tlsConf *tls.Config
 	health  healthProbe
 	authq   authLookup
+	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
+	startupChecks startupChecks
 
 	rc atomic.Pointer[runtimeConfig]
 

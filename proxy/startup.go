@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -26,7 +27,9 @@ const (
 	codeGSSENCRequest = 80877104
 	codeCancelRequest = 80877102
 	protocol30        = 3 << 16
-	maxStartupLen     = 10000
+	// maxStartupLen is PostgreSQL's MAX_STARTUP_PACKET_LENGTH: the longest
+	// startup packet body (the packet without its length word).
+	maxStartupLen = 10000
 )
 
 // startupReadBuf is the read buffer of the startup and login phase (the
@@ -34,6 +37,7 @@ const (
 const startupReadBuf = 512
 
 // handleConn runs one client connection from its first byte to its close.
+// Whatever ends a login early, an error is the last message the client gets.
 func (s *Server) handleConn(nc net.Conn) {
 	handedOff := false
 	defer func() {
@@ -50,23 +54,34 @@ func (s *Server) handleConn(nc net.Conn) {
 	if login > 0 {
 		_ = nc.SetDeadline(time.Now().Add(login))
 	}
-	conn, br, params, err := s.readStartup(nc)
+	conn, br, pkt, err := s.readStartup(nc)
 	if err != nil {
-		if pe := (*pgError)(nil); errors.As(err, &pe) {
+		var pe *pgError
+		var oe *oldProtocolError
+		switch {
+		case errors.As(err, &pe):
 			_, _ = conn.Write(appendError(nil, 'E', pe))
-		} else if !errors.Is(err, io.EOF) && !errors.Is(err, errCancelHandled) {
+		case errors.As(err, &oe):
+			_, _ = conn.Write(oe.message())
+		case !errors.Is(err, io.EOF) && !errors.Is(err, errCancelHandled):
+			// As PostgreSQL: a bad length or a short packet is logged, and
+			// the connection closed without a reply.
 			s.log.Debug("startup failed", "remote", nc.RemoteAddr().String(), "err", err)
 		}
 		return
 	}
-	ss, err := s.login(conn, br, params)
+	ss, err := s.login(conn, br, pkt)
 	if err != nil {
 		var pe *pgError
 		if errors.As(err, &pe) {
+			var buf []byte
+			if aa := (*afterAuthError)(nil); errors.As(err, &aa) {
+				buf = append(buf, authenticationOk...)
+			}
 			pe.Severity = "FATAL"
-			_, _ = conn.Write(appendError(nil, 'E', pe))
+			_, _ = conn.Write(appendError(buf, 'E', pe))
 		}
-		s.log.Debug("login failed", "remote", nc.RemoteAddr().String(), "user", params["user"], "err", err)
+		s.log.Debug("login failed", "remote", nc.RemoteAddr().String(), "user", pkt.params["user"], "err", err)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -83,66 +98,108 @@ func (s *Server) handleConn(nc net.Conn) {
 
 var errCancelHandled = errors.New("cancel request handled")
 
-// readStartup reads the startup packet, answering SSL and GSS encryption
-// requests and cancel requests on the way. It returns the (maybe TLS)
-// connection, its reader, and the startup parameters.
-func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]string, error) {
+// errStartupLength is an invalid startup packet length word: PostgreSQL
+// closes such a connection without a reply, and so does lockpool (a client
+// that sends Terminate or anything else that is no startup packet first).
+var errStartupLength = errors.New("invalid length of startup packet")
+
+// oldProtocolError is a FATAL for a client that asked for a protocol
+// between 0.1 and 2.x: PostgreSQL answers it in the protocol 2.0 error format
+// ('E', then the text), which such a client can read.
+type oldProtocolError struct{ text string }
+
+func (e *oldProtocolError) Error() string { return e.text }
+
+func (e *oldProtocolError) message() []byte {
+	b := append([]byte("EFATAL:  "), e.text...)
+	return append(b, '\n', 0)
+}
+
+// startupPacket is what a client sent in its startup packet.
+type startupPacket struct {
+	// params holds every key as sent (user, database, options, replication
+	// and the parameters); for a key sent twice, the last value.
+	params map[string]string
+	// settings are the parameters to set, in packet order: every key but
+	// user, database, options, replication and _pq_.* protocol options.
+	settings []startupParam
+}
+
+// readStartup reads the startup packet as PostgreSQL's ProcessStartupPacket
+// does, answering SSL and GSS encryption requests and cancel requests on the
+// way. It returns the (maybe TLS) connection, its reader, and the packet.
+func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPacket, error) {
 	conn := nc
 	br := bufio.NewReaderSize(conn, startupReadBuf)
+	sslDone, gssDone := false, false
 	for {
-		hdr, err := br.Peek(8)
+		hdr, err := br.Peek(4)
 		if err != nil {
 			if len(hdr) == 0 {
 				return conn, br, nil, io.EOF
 			}
-			return conn, br, nil, fmt.Errorf("short startup packet: %w", err)
+			return conn, br, nil, fmt.Errorf("incomplete startup packet: %w", err)
 		}
 		n := int(binary.BigEndian.Uint32(hdr))
-		code := binary.BigEndian.Uint32(hdr[4:])
-		if n < 8 || n > maxStartupLen {
-			return conn, br, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: invalid startup packet length %d", n), Hint: "Connect with a PostgreSQL client (protocol 3.0)."}
+		if n < 8 || n-4 > maxStartupLen {
+			return conn, br, nil, fmt.Errorf("%w %d", errStartupLength, n)
 		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(br, body); err != nil {
-			return conn, br, nil, fmt.Errorf("short startup packet: %w", err)
+			return conn, br, nil, fmt.Errorf("incomplete startup packet: %w", err)
 		}
+		code := binary.BigEndian.Uint32(body[4:])
 		body = body[8:]
-		switch code {
-		case codeSSLRequest:
-			if br.Buffered() > 0 {
-				return conn, br, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: data after SSLRequest before the TLS handshake", Hint: "The client must wait for the server's answer to SSLRequest."}
-			}
-			if s.tlsConf == nil {
-				if _, err := conn.Write([]byte{'N'}); err != nil {
-					return conn, br, nil, err
-				}
-				continue
-			}
-			if _, err := conn.Write([]byte{'S'}); err != nil {
-				return conn, br, nil, err
-			}
-			tc := tls.Server(conn, s.tlsConf)
-			if err := tc.Handshake(); err != nil {
-				return conn, br, nil, fmt.Errorf("tls handshake: %w", err)
-			}
-			conn = tc
-			br = bufio.NewReaderSize(conn, startupReadBuf)
-		case codeGSSENCRequest:
-			if _, err := conn.Write([]byte{'N'}); err != nil {
-				return conn, br, nil, err
-			}
-		case codeCancelRequest:
+		switch {
+		case code == codeCancelRequest:
 			if len(body) >= 8 {
 				s.cancelSession(binary.BigEndian.Uint32(body), binary.BigEndian.Uint32(body[4:]))
 			}
 			return conn, br, nil, errCancelHandled
+		case code == codeSSLRequest && !sslDone:
+			if s.tlsConf != nil && br.Buffered() > 0 {
+				// No handshake over a buffer holding plaintext.
+				return conn, br, nil, errUnencryptedAfter("SSL request")
+			}
+			answer := byte('N')
+			if s.tlsConf != nil {
+				answer = 'S'
+			}
+			if _, err := conn.Write([]byte{answer}); err != nil {
+				return conn, br, nil, err
+			}
+			if br.Buffered() > 0 {
+				return conn, br, nil, errUnencryptedAfter("SSL request")
+			}
+			if answer == 'S' {
+				tc := tls.Server(conn, s.tlsConf)
+				if err := tc.Handshake(); err != nil {
+					return conn, br, nil, fmt.Errorf("tls handshake: %w", err)
+				}
+				conn = tc
+				br = bufio.NewReaderSize(conn, startupReadBuf)
+			}
+			// A GSS request may follow only a refused SSL request.
+			sslDone, gssDone = true, answer == 'S'
+		case code == codeGSSENCRequest && !gssDone:
+			if _, err := conn.Write([]byte{'N'}); err != nil {
+				return conn, br, nil, err
+			}
+			if br.Buffered() > 0 {
+				return conn, br, nil, errUnencryptedAfter("GSSAPI encryption request")
+			}
+			gssDone = true
 		default:
 			if code>>16 != 3 {
-				return conn, br, nil, &pgError{Severity: "FATAL", Code: "0A000",
-					Message: fmt.Sprintf("lockpool: unsupported frontend protocol %d.%d: server supports 3.0", code>>16, code&0xffff),
-					Hint:    "Use a client that speaks protocol 3.0 (every client since PostgreSQL 7.4)."}
+				msg := fmt.Sprintf("lockpool: unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", code>>16, code&0xffff)
+				if code>>16 < 3 && code != 0 {
+					// PostgreSQL answers 0.0 (its "no protocol yet") in 3.0.
+					return conn, br, nil, &oldProtocolError{text: msg}
+				}
+				return conn, br, nil, &pgError{Severity: "FATAL", Code: "0A000", Message: msg,
+					Hint: "Use a client that speaks protocol 3.0 (every client since PostgreSQL 7.4)."}
 			}
-			params, unknown, err := parseStartupParams(body)
+			pkt, unknown, err := parseStartupParams(body)
 			if err != nil {
 				return conn, br, nil, err
 			}
@@ -165,41 +222,90 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, map[string]s
 					return conn, br, nil, err
 				}
 			}
-			return conn, br, params, nil
+			if err := pkt.check(); err != nil {
+				return conn, br, nil, err
+			}
+			return conn, br, pkt, nil
 		}
 	}
 }
 
-func parseStartupParams(b []byte) (map[string]string, []string, error) {
-	params := make(map[string]string, 8)
+// errUnencryptedAfter is PostgreSQL's answer to data that arrived with an
+// encryption request, before the encryption could start.
+func errUnencryptedAfter(request string) error {
+	return &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: received unencrypted data after " + request,
+		Detail: "This could be either a client-software bug or evidence of an attempted man-in-the-middle attack.",
+		Hint:   "The client must wait for the answer to its encryption request before it sends anything else."}
+}
+
+// parseStartupParams reads the name/value pairs of a startup packet body as
+// PostgreSQL does: up to an empty name, and the byte after the last pair must
+// be the body's last byte. It also returns the _pq_.* protocol options, which
+// lockpool (like PostgreSQL 15) does not know.
+func parseStartupParams(b []byte) (*startupPacket, []string, error) {
+	pkt := &startupPacket{params: make(map[string]string, 8)}
 	var unknown []string
-	for len(b) > 0 && b[0] != 0 {
-		k, rest, ok := wire.CString(b)
-		if !ok {
-			return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
+	// cstr is the string at off, ended by a NUL or by the end of b
+	// (PostgreSQL reads the body from a buffer with a NUL after it).
+	cstr := func(off int) string {
+		if i := bytes.IndexByte(b[off:], 0); i >= 0 {
+			return string(b[off : off+i])
 		}
-		v, rest2, ok := wire.CString(rest)
-		if !ok {
-			return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
+		return string(b[off:])
+	}
+	off := 0
+	for off < len(b) && b[off] != 0 {
+		name := cstr(off)
+		valOff := off + len(name) + 1
+		if valOff >= len(b) {
+			break // missing value: the layout check below complains
 		}
-		b = rest2
-		key := string(k)
-		if strings.HasPrefix(key, "_pq_.") {
-			unknown = append(unknown, key)
-			continue
+		val := cstr(valOff)
+		switch {
+		case name == "database", name == "user", name == "options":
+			pkt.params[name] = val
+		case name == "replication":
+			if _, ok := parseBool(val); !ok && val != "database" {
+				return nil, nil, &pgError{Severity: "FATAL", Code: "22023",
+					Message: fmt.Sprintf("invalid value for parameter %q: %q", "replication", val),
+					Hint:    `Valid values are: "false", 0, "true", 1, "database".`}
+			}
+			pkt.params[name] = val
+		case strings.HasPrefix(name, "_pq_."):
+			unknown = append(unknown, name)
+		default:
+			pkt.params[name] = val
+			pkt.settings = append(pkt.settings, startupParam{name, val})
 		}
-		params[key] = string(v)
+		off = valOff + len(val) + 1
 	}
-	if params["user"] == "" {
-		return nil, nil, &pgError{Severity: "FATAL", Code: "28000", Message: "lockpool: no PostgreSQL user name specified in startup packet", Hint: "Set the user in the connection string."}
+	if off != len(b)-1 {
+		return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
 	}
-	if params["database"] == "" {
-		params["database"] = params["user"]
+	return pkt, unknown, nil
+}
+
+// check applies PostgreSQL's rules to the user and database of a parsed
+// packet (a user is required, the database defaults to it, both are cut to
+// 63 bytes) and refuses replication connections.
+func (p *startupPacket) check() error {
+	if p.params["user"] == "" {
+		return &pgError{Severity: "FATAL", Code: "28000", Message: "lockpool: no PostgreSQL user name specified in startup packet", Hint: "Set the user in the connection string."}
 	}
-	if params["replication"] != "" && params["replication"] != "false" && params["replication"] != "off" && params["replication"] != "0" {
-		return nil, nil, &pgError{Severity: "FATAL", Code: "0A000", Message: "lockpool: replication connections are not supported", Hint: "Connect to PostgreSQL directly for replication."}
+	if p.params["database"] == "" {
+		p.params["database"] = p.params["user"]
 	}
-	return params, unknown, nil
+	for _, k := range []string{"user", "database"} {
+		if v := p.params[k]; len(v) >= 64 {
+			p.params[k] = v[:63]
+		}
+	}
+	if v, ok := p.params["replication"]; ok {
+		if on, _ := parseBool(v); on || v == "database" {
+			return &pgError{Severity: "FATAL", Code: "0A000", Message: "lockpool: replication connections are not supported", Hint: "Connect to PostgreSQL directly for replication."}
+		}
+	}
+	return nil
 }
 
 // authConn adapts the startup connection to auth.Conn.
@@ -207,9 +313,18 @@ type authConn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	buf []byte
+	// sasl: the last request was a SASL one (PostgreSQL names the expected
+	// answer differently then).
+	sasl bool
 }
 
 func (a *authConn) Send(msg pgproto3.BackendMessage) error {
+	switch msg.(type) {
+	case *pgproto3.AuthenticationSASL, *pgproto3.AuthenticationSASLContinue:
+		a.sasl = true
+	default:
+		a.sasl = false
+	}
 	b, err := msg.Encode(a.buf[:0])
 	if err != nil {
 		return err
@@ -219,13 +334,22 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 	return err
 }
 
+// ReceivePassword reads the client's next authentication message. As in
+// PostgreSQL, a client that leaves or sends a bad length is closed without a
+// reply, and another message type is a protocol violation (FATAL 08P01).
 func (a *authConn) ReceivePassword() ([]byte, error) {
 	typ, n, err := wire.ReadHeader(a.br)
 	if err != nil {
 		return nil, err
 	}
 	if typ != 'p' {
-		return nil, wire.ProtocolErrorf("expected password message, got %q", typ)
+		what := "password"
+		if a.sasl {
+			what = "SASL"
+		}
+		return nil, &pgError{Severity: "FATAL", Code: "08P01",
+			Message: fmt.Sprintf("lockpool: expected %s response, got message type %d", what, typ),
+			Hint:    "The client must answer the authentication request before anything else."}
 	}
 	if n > 64<<10 {
 		return nil, wire.ProtocolErrorf("password message too long")
@@ -237,11 +361,19 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 	return body, nil
 }
 
-// login authenticates the client, matches its application, and sends the
-// startup answer. No server connection is needed once the server's
-// parameters for that database are known.
-func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string) (*session, error) {
+// login authenticates the client, matches its application, checks its
+// startup settings and sends the startup answer. No server connection is
+// needed once the server's parameters for that database are known and the
+// client's set of settings was checked before (checkStartupParams).
+func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *session, err error) {
+	authenticated := false
+	defer func() {
+		if err != nil && authenticated {
+			err = &afterAuthError{err}
+		}
+	}()
 	rc := s.rc.Load()
+	params := pkt.params
 	user, database := params["user"], params["database"]
 	cred := rc.creds[user]
 	if _, known := rc.cfg.UserByName(user); !known {
@@ -280,6 +412,8 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 			Message: fmt.Sprintf("lockpool: no application is configured for user %q and database %q", user, database),
 			Hint:    "Add an application with this user (and database, or none for any database) to lockpool's config."}
 	}
+	// From here on PostgreSQL would have sent AuthenticationOk.
+	authenticated = true
 	as := rc.apps[app.Name]
 	if err := s.admit(as); err != nil {
 		return nil, err
@@ -291,20 +425,30 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 		}
 	}()
 	ss := newSession(s, conn, br, as, user, database, params)
-	if err := ss.parseOptions(params["options"]); err != nil {
+	settings, optErr, err := ss.parseOptions(params["options"], pkt.settings)
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout+as.cfg.WaitTimeout)
 	defer cancel()
+	// As in PostgreSQL, an unknown database is reported before a bad setting.
 	srvParams, err := s.pool.ServerParams(ctx, app.Name, database)
 	if err != nil {
 		return nil, serverLoginError(err, database, as)
+	}
+	notices, err := s.checkStartupParams(ctx, ss, settings)
+	if err != nil {
+		return nil, err
+	}
+	if optErr != nil {
+		return nil, optErr
 	}
 	if !s.register(ss) {
 		return nil, errShutdown()
 	}
 	buf := make([]byte, 0, 512)
-	buf = append(buf, 'R', 0, 0, 0, 8, 0, 0, 0, 0) // AuthenticationOk
+	buf = append(buf, authenticationOk...)
+	buf = append(buf, notices...)
 	buf = ss.appendStartupParams(buf, srvParams)
 	buf = append(buf, 'K', 0, 0, 0, 12)
 	buf = binary.BigEndian.AppendUint32(buf, ss.pid)
@@ -317,6 +461,19 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, params map[string]string
 	admitted = false // the session gives its place back when it ends
 	return ss, nil
 }
+
+// authenticationOk is the AuthenticationOk message.
+var authenticationOk = []byte{'R', 0, 0, 0, 8, 0, 0, 0, 0}
+
+// afterAuthError is a login that failed after the client authenticated.
+// PostgreSQL has sent AuthenticationOk by then (an unknown database or a bad
+// parameter is reported after it), and clients act on that: libpq retries a
+// login without application_name when such an error is 42704. lockpool
+// sends AuthenticationOk with the error.
+type afterAuthError struct{ err error }
+
+func (e *afterAuthError) Error() string { return e.err.Error() }
+func (e *afterAuthError) Unwrap() error { return e.err }
 
 // serverLoginError turns a failure to reach the server at login into what
 // the client sees.

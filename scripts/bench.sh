@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh runs lockpool's benchmark harness (integration/bench) end to end:
+# bench.sh runs lockpool's benchmark harness (tools/bench) end to end:
 # it installs PostgreSQL and PgBouncer with apt-get when missing, then starts
 # its own PostgreSQL, a freshly built lockpool and PgBouncer (same
 # server-connection budget), runs pgbench against direct PostgreSQL,
@@ -10,7 +10,7 @@
 #   scripts/bench.sh                      # the full run
 #   scripts/bench.sh -T 2 -clients 10,100 -idle 1000   # a quick smoke run
 #
-# Any flag is passed to `go run ./integration/bench` (see -h).
+# Any flag is passed to `go run ./tools/bench` (see -h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -28,4 +28,4 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 out="bench-results/$(date -u +%Y-%m-%dT%H%M%SZ).json"
-exec go run ./integration/bench -out "$out" "$@"
+exec go run ./tools/bench -out "$out" "$@"

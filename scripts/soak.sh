@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# soak.sh runs lockpool's soak test (integration/soak): it starts its own
+# soak.sh runs lockpool's soak test (tools/soak): it starts its own
 # PostgreSQL (pgbench -i -s 5) and a freshly built lockpool process, then for
 # SOAK_MINUTES (default 10) runs mixed load through lockpool — pgbench -S
 # -c 8 -j 2, advisory-lock churn with pins and try-locks, lease churn, plain
@@ -27,4 +27,4 @@ if [ "$need" = 1 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql postgresql-contrib >/dev/null
 fi
 minutes="${SOAK_MINUTES:-10}"
-exec go run ./integration/soak -minutes "$minutes" "$@"
+exec go run ./tools/soak -minutes "$minutes" "$@"

@@ -28,8 +28,10 @@
 //   - PostgreSQL errors ([Code], [PgError], [RequireCode]) and the raw
 //     CancelRequest ([SendCancel]);
 //   - waiting, naming and logging ([Eventually], [Context],
-//     [SettleGoroutines], [UniqueName], [FreePort], [LogBuffer],
-//     [SkipOrFail], [Long], [DumpGoroutines]).
+//     [SettleGoroutines], [UniqueName], [FreePort], [UnusedPort],
+//     [LogBuffer], [SkipOrFail], [Long], [DumpGoroutines]);
+//   - the model of the advisory locks clients believe they hold, which the
+//     randomized lock test and the soak compare pg_locks with ([LockLog]).
 //
 // Helpers of one subject (the lease SQL functions, pg_locks queries for a
 // key, session-state checks) stay with the tests of that subject.

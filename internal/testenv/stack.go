@@ -96,10 +96,10 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 			return s, err
 		}
 	}
-	if s.Port, err = freePort(); err != nil {
+	if s.Port, err = UnusedPort(); err != nil {
 		return s, err
 	}
-	adminPort, err := freePort()
+	adminPort, err := UnusedPort()
 	if err != nil {
 		return s, err
 	}

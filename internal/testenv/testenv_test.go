@@ -160,3 +160,41 @@ func TestProcess(t *testing.T) {
 		}
 	})
 }
+
+func TestLockLogExplains(t *testing.T) {
+	g := NewLockLog()
+	open := g.Open(1, 10) // open, backend unknown
+	closed := g.Open(2, 20)
+	g.SetPID(closed, 200)
+	end := time.Now()
+	g.Close(closed, end)
+	g.Close(closed, end.Add(time.Hour)) // the first end stays
+	after := end.Add(time.Second)
+
+	for _, tc := range []struct {
+		name   string
+		pid    uint32
+		key    int64
+		qs, qe time.Time
+		want   bool
+	}{
+		{"open hold, any backend", 999, 10, after, after, true},
+		{"closed hold, its backend, before the end", 200, 20, end.Add(-time.Millisecond), end, true},
+		{"closed hold, other backend", 201, 20, end.Add(-time.Millisecond), end, false},
+		{"closed hold, query after the end", 200, 20, after, after, false},
+		{"no hold of the key", 200, 30, after, after, false},
+		{"query before the hold opened", 999, 10, end.Add(-time.Hour), end.Add(-time.Hour), false},
+	} {
+		if got := g.Explains(tc.pid, tc.key, tc.qs, tc.qe); got != tc.want {
+			t.Errorf("%s: Explains = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	g.Prune(after)
+	if g.Explains(200, 20, end.Add(-time.Millisecond), end) {
+		t.Error("a hold that ended before Prune's time still explains")
+	}
+	if !g.Explains(999, 10, after, after) {
+		t.Error("Prune dropped an open hold")
+	}
+	g.Close(open, after)
+}

@@ -52,14 +52,15 @@ func UniqueName(t testing.TB, prefix string) string {
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	port, err := freePort()
+	port, err := UnusedPort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return port
 }
 
-func freePort() (int, error) {
+// UnusedPort is a TCP port on 127.0.0.1 that was free a moment ago.
+func UnusedPort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -91,9 +91,11 @@ func printReport(w io.Writer, rep *Report) {
 	printTargets(w, rep, idleLP)
 }
 
-// printTargets checks the issue's targets against this run.
+// printTargets checks lockpool's performance targets against this run:
+// throughput at least and CPU per transaction at most PgBouncer's, p99 at
+// 100 clients no worse, at most 8 kB per idle client.
 func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
-	fmt.Fprintln(w, "\ntargets (issue 6):")
+	fmt.Fprintln(w, "\ntargets:")
 	var worst float64 = -1
 	var worstRow string
 	for _, r := range rep.Rows {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockpool/lockpool/internal/testenv"
 	"github.com/lockpool/lockpool/lease"
 )
 
@@ -89,24 +90,6 @@ func countFDs(pid int) int {
 	return len(ents)
 }
 
-// rssKB returns VmRSS of pid in kB.
-func rssKB(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			f := strings.Fields(l)
-			if len(f) >= 2 {
-				n, _ := strconv.ParseInt(f[1], 10, 64)
-				return n
-			}
-		}
-	}
-	return -1
-}
-
 // runSampler reads the lockpool process and its metrics every sampleEvery
 // and runs the lease-table check, until the load stops.
 func (s *soak) runSampler(su *pgx.Conn) {
@@ -120,12 +103,12 @@ func (s *soak) runSampler(su *pgx.Conn) {
 			return
 		case <-t.C:
 		}
-		if !s.e.lp.alive() {
+		if !s.e.Lockpool.Alive() {
 			return
 		}
-		pid := s.e.lp.pid()
-		smp := sample{T: time.Since(s.start), FDs: countFDs(pid), RSSKB: rssKB(pid)}
-		m, err := scrapeMetrics(s.e.adminURL)
+		pid := s.e.Lockpool.PID()
+		smp := sample{T: time.Since(s.start), FDs: countFDs(pid), RSSKB: testenv.ProcRSSKB(pid)}
+		m, err := scrapeMetrics(s.e.AdminURL)
 		if err != nil {
 			s.unexpectedf("sampler: %v", err)
 			continue
@@ -191,7 +174,7 @@ func (s *soak) runLockChecker(su *pgx.Conn, done chan struct{}) {
 		} else {
 			s.lockChecks.Add(1)
 		}
-		s.locks.prune(time.Now().Add(-30 * time.Second))
+		s.locks.Prune(time.Now().Add(-30 * time.Second))
 	}
 }
 
@@ -237,7 +220,7 @@ func (s *soak) checkLocks(su *pgx.Conn) error {
 		if x.sub == 1 && x.key == lease.MigrationLockKey {
 			continue
 		}
-		if x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN && s.locks.explains(uint32(x.pid), x.key, qs, qe) {
+		if x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN && s.locks.Explains(uint32(x.pid), x.key, qs, qe) {
 			continue
 		}
 		s.violateOnce("lock", fmt.Sprintf("lock %d %d %d", x.pid, x.key, x.sub),
@@ -374,7 +357,7 @@ func (s *soak) report(began time.Time, interrupted bool, stopNote string) report
 	s.mu.Unlock()
 
 	p("")
-	p("== lockpool soak, %s UTC: go run ./integration/soak -minutes %g (seed %d) ==", began.UTC().Format("2006-01-02 15:04"), o.minutes, o.seed)
+	p("== lockpool soak, %s UTC: go run ./tools/soak -minutes %g (seed %d) ==", began.UTC().Format("2006-01-02 15:04"), o.minutes, o.seed)
 	p("machine: %d CPUs, load average at the end %s; %s", runtime.NumCPU(), loadAvg(), runtime.Version())
 	p("lockpool: transaction mode, max_connections 8, max_pinned 3, wait_timeout 5s, leak_check_interval 5s, server.max_connections 20, leases.max_connections 2")
 	p("load: pgbench -S -c 8 -j 2 (restarted on exit); %d lock clients (keys %d..%d, lock_timeout %s); %d lease clients (%d names, ttl %d s); %d transaction clients; a kill every %v-%v",
@@ -428,7 +411,7 @@ func (s *soak) report(began time.Time, interrupted bool, stopNote string) report
 	for _, c := range s.sortedCounts("final: ") {
 		p("final: %s", strings.TrimSuffix(c, ": 1"))
 	}
-	e, w, top, panics := lockpoolLog(s.e.lp.logPath)
+	e, w, top, panics := lockpoolLog(s.e.Lockpool.LogPath)
 	p("lockpool log: %d errors, %d warnings, %d panics", e, w, panics)
 	for _, t := range top {
 		p("  %s", t)

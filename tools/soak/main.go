@@ -1,4 +1,4 @@
-// Command soak is lockpool's soak test (issue 7): minutes of mixed load
+// Command soak is lockpool's soak test: minutes of mixed load
 // against a built lockpool binary while its goroutines, open file
 // descriptors and resident memory are sampled and lock and lease invariants
 // are checked.
@@ -36,11 +36,12 @@
 //
 // Run it with scripts/soak.sh (SOAK_MINUTES, default 10), or:
 //
-//	go run ./integration/soak -minutes 10
+//	go run ./tools/soak -minutes 10
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -54,6 +55,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 type options struct {
@@ -113,7 +116,7 @@ type soak struct {
 	abortCtx context.Context
 	abort    context.CancelFunc
 
-	locks *lockLog
+	locks *testenv.LockLog
 
 	killerSU *pgx.Conn // the killer's superuser connection (lease kill marks)
 
@@ -227,7 +230,7 @@ func run() int {
 		return 2
 	}
 
-	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: newLockLog(),
+	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: testenv.NewLockLog(),
 		counts: map[string]int64{}, violByKind: map[string]int64{}, reported: map[string]bool{}}
 	s.pgb.errCounts = map[string]int{}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
@@ -235,7 +238,7 @@ func run() int {
 	suConn := func() *pgx.Conn {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, e.cluster.SuperuserDSN(soakDB))
+		c, err := pgx.Connect(ctx, e.Cluster.SuperuserDSN(soakDB))
 		if err != nil {
 			logf("superuser connection: %v", err)
 			return nil
@@ -313,14 +316,14 @@ func run() int {
 	case <-sigCtx.Done():
 		interrupted = true
 		logf("interrupted: stopping the load early")
-	case <-e.lp.done:
+	case <-e.Lockpool.Done():
 		died = true
 	}
-	if !died && !e.lp.alive() {
+	if !died && !e.Lockpool.Alive() {
 		died = true
 	}
 	if died {
-		s.violatef("lockpool", "lockpool exited during the soak: %v\n%s", e.lp.exitErr, e.lp.logTail(3000))
+		s.violatef("lockpool", "lockpool exited during the soak: %v\n%s", e.Lockpool.Err(), e.Lockpool.LogTail(3000))
 	}
 	if died || interrupted {
 		s.abort()
@@ -333,7 +336,7 @@ func run() int {
 	left := time.Now()
 
 	// Everyone left: no lock, pin or lease may remain once the grace is over.
-	if e.lp.alive() {
+	if e.Lockpool.Alive() {
 		s.quiesce(finalSU, left)
 	}
 	close(checkDone)
@@ -351,12 +354,16 @@ func run() int {
 	cancel2()
 
 	stopNote := ""
-	if e.lp.alive() {
-		note, err := e.lp.stop(40 * time.Second)
-		if err != nil {
-			s.violatef("lockpool", "%v", err)
+	if e.Lockpool.Alive() {
+		t0 := time.Now()
+		switch err := e.Lockpool.Stop(40 * time.Second); {
+		case errors.Is(err, testenv.ErrStopTimeout):
+			s.violatef("lockpool", "lockpool did not exit within 40s of SIGTERM (killed)")
+		case err != nil:
+			s.violatef("lockpool", "lockpool exited after SIGTERM with %v", err)
+		default:
+			stopNote = fmt.Sprintf("exit 0 %v after SIGTERM", time.Since(t0).Round(time.Millisecond))
 		}
-		stopNote = note
 	}
 	rep := s.report(began, interrupted, stopNote)
 	fmt.Print(rep.text)
@@ -399,7 +406,7 @@ WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHER
 			s.unexpectedf("final check: %v", err)
 			return
 		}
-		m, merr := scrapeMetrics(s.e.adminURL)
+		m, merr := scrapeMetrics(s.e.AdminURL)
 		pinned, held := -1.0, -1.0
 		if merr == nil {
 			pinned, held = m.sum("lockpool_pinned_sessions"), m.sum("lockpool_leases_held")
@@ -443,7 +450,7 @@ func (s *soak) injectFaults(after time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, s.e.cluster.SuperuserDSN(soakDB))
+	c, err := pgx.Connect(ctx, s.e.Cluster.SuperuserDSN(soakDB))
 	if err != nil {
 		logf("inject: %v", err)
 		return

@@ -6,10 +6,11 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // Lock churn: clients take (try-lock, or a blocking lock bounded by the
@@ -30,88 +31,17 @@ const ownLocksSQL = "SELECT pg_backend_pid(), ARRAY(SELECT " + lockKeyExpr +
 	" FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.pid = pg_backend_pid() AND " +
 	lockKeyExpr + " BETWEEN 7700001 AND 7700006 ORDER BY 1)::bigint[], current_setting('lock_timeout')"
 
-// lockIv is one period in which a client may hold key on backend pid: from
-// just before the acquiring statement was sent until just after the
-// releasing statement answered (or the client was killed, plus the grace).
-type lockIv struct {
-	key    int64
-	client int
-	pid    uint32 // 0 until the acquiring statement answered: any backend
-	from   time.Time
-	to     time.Time // zero while open
-}
-
-type lockLog struct {
-	mu    sync.Mutex
-	byKey map[int64][]*lockIv
-}
-
-func newLockLog() *lockLog { return &lockLog{byKey: map[int64][]*lockIv{}} }
-
-func (g *lockLog) open(client int, key int64) *lockIv {
-	iv := &lockIv{key: key, client: client, from: time.Now()}
-	g.mu.Lock()
-	g.byKey[key] = append(g.byKey[key], iv)
-	g.mu.Unlock()
-	return iv
-}
-
-func (g *lockLog) setPID(iv *lockIv, pid uint32) {
-	g.mu.Lock()
-	iv.pid = pid
-	g.mu.Unlock()
-}
-
-func (g *lockLog) close(iv *lockIv, at time.Time) {
-	g.mu.Lock()
-	if iv.to.IsZero() {
-		iv.to = at
-	}
-	g.mu.Unlock()
-}
-
-// explains reports whether some client may have held key on pid at some
-// moment between qs and qe.
-func (g *lockLog) explains(pid uint32, key int64, qs, qe time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, iv := range g.byKey[key] {
-		if iv.from.After(qe) || (!iv.to.IsZero() && iv.to.Before(qs)) {
-			continue
-		}
-		if iv.pid == 0 || iv.pid == pid {
-			return true
-		}
-	}
-	return false
-}
-
-// prune drops intervals that ended before t.
-func (g *lockLog) prune(t time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for k, ivs := range g.byKey {
-		keep := ivs[:0]
-		for _, iv := range ivs {
-			if iv.to.IsZero() || iv.to.After(t) {
-				keep = append(keep, iv)
-			}
-		}
-		g.byKey[k] = keep
-	}
-}
-
 type lockClient struct {
 	base
 	rng  *rand.Rand
-	held map[int64][]*lockIv
+	held map[int64][]*testenv.LockHold
 	pid  uint32 // the pinned backend while held is not empty
 }
 
 var lockModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
 
 func newLockClient(s *soak, id int, seed int64) *lockClient {
-	c := &lockClient{rng: rand.New(rand.NewSource(seed)), held: map[int64][]*lockIv{}}
+	c := &lockClient{rng: rand.New(rand.NewSource(seed)), held: map[int64][]*testenv.LockHold{}}
 	c.base = base{s: s, kind: "lock", id: id}
 	c.afterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		// A session setting: it must follow the client to every server
@@ -137,12 +67,12 @@ func (c *lockClient) heldKeys() []int64 {
 
 func (c *lockClient) pickKey() int64 { return lockKeyBase + int64(c.rng.Intn(lockKeyN)) }
 
-func (c *lockClient) push(key int64, iv *lockIv, pid uint32) {
+func (c *lockClient) push(key int64, iv *testenv.LockHold, pid uint32) {
 	if len(c.heldKeys()) > 0 && pid != c.pid {
 		c.s.violatef("lock", "%s: took %d on backend %d while pinned to backend %d", c.name(), key, pid, c.pid)
 	}
 	c.pid = pid
-	c.s.locks.setPID(iv, pid)
+	c.s.locks.SetPID(iv, pid)
 	c.held[key] = append(c.held[key], iv)
 	c.holding.Store(true)
 }
@@ -151,7 +81,7 @@ func (c *lockClient) push(key int64, iv *lockIv, pid uint32) {
 func (c *lockClient) dropAll(at time.Time) {
 	for k, s := range c.held {
 		for _, iv := range s {
-			c.s.locks.close(iv, at)
+			c.s.locks.Close(iv, at)
 		}
 		delete(c.held, k)
 	}
@@ -162,13 +92,13 @@ func (c *lockClient) dropAll(at time.Time) {
 // failed handles an error of an operation; ivs are the intervals that
 // operation opened and did not push. Errors after a kill and 53300 are
 // acceptable outcomes; anything else is counted as unexpected.
-func (c *lockClient) failed(op string, err error, ivs ...*lockIv) {
+func (c *lockClient) failed(op string, err error, ivs ...*testenv.LockHold) {
 	now := time.Now()
 	if at, ok := c.killed(); ok {
 		// lockpool has the grace from the moment the socket was closed.
 		end := at.Add(killGrace)
 		for _, iv := range ivs {
-			c.s.locks.close(iv, end)
+			c.s.locks.Close(iv, end)
 		}
 		c.dropAll(end)
 		c.drop()
@@ -177,14 +107,14 @@ func (c *lockClient) failed(op string, err error, ivs ...*lockIv) {
 	}
 	if sqlState(err) == "53300" {
 		for _, iv := range ivs {
-			c.s.locks.close(iv, now)
+			c.s.locks.Close(iv, now)
 		}
 		c.s.count("lock: 53300 (no pin slot / connection within wait_timeout)")
 		return
 	}
 	c.s.unexpectedf("%s: %s: %v", c.name(), op, err)
 	for _, iv := range ivs {
-		c.s.locks.close(iv, now.Add(killGrace))
+		c.s.locks.Close(iv, now.Add(killGrace))
 	}
 	c.dropAll(now.Add(killGrace))
 	c.drop()
@@ -195,7 +125,7 @@ func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
 	if ks := c.heldKeys(); len(ks) > 0 && c.rng.Intn(5) == 0 {
 		key = ks[c.rng.Intn(len(ks))] // stack
 	}
-	iv := c.s.locks.open(c.id, key)
+	iv := c.s.locks.Open(c.id, key)
 	var ok bool
 	var pid int32
 	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
@@ -206,7 +136,7 @@ func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
 	}
 	c.s.lockOps.Add(1)
 	if !ok {
-		c.s.locks.close(iv, now)
+		c.s.locks.Close(iv, now)
 		c.s.count("lock: pg_try_advisory_lock = false")
 		if len(c.held[key]) > 0 {
 			c.s.violatef("lock", "%s: pg_try_advisory_lock(%d) = false on backend %d although it holds the key (pinned to %d)", c.name(), key, pid, c.pid)
@@ -230,7 +160,7 @@ func (c *lockClient) opLock(ctx context.Context, conn *pgx.Conn) {
 	if len(c.held[key]) > 0 {
 		return
 	}
-	iv := c.s.locks.open(c.id, key)
+	iv := c.s.locks.Open(c.id, key)
 	var s string
 	var pid int32
 	err := conn.QueryRow(ctx, "SELECT pg_advisory_lock($1::bigint)::text, pg_backend_pid()", c.mode(), key).Scan(&s, &pid)
@@ -256,7 +186,7 @@ func (c *lockClient) opLock(ctx context.Context, conn *pgx.Conn) {
 			c.push(key, iv, uint32(p))
 			return
 		}
-		c.s.locks.close(iv, time.Now())
+		c.s.locks.Close(iv, time.Now())
 	default:
 		c.failed("pg_advisory_lock", err, iv)
 	}
@@ -286,7 +216,7 @@ func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
 	}
 	if ok && holds {
 		s := c.held[key]
-		c.s.locks.close(s[len(s)-1], now)
+		c.s.locks.Close(s[len(s)-1], now)
 		c.held[key] = s[:len(s)-1]
 		if len(c.held[key]) == 0 {
 			delete(c.held, key)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // Row is one pgbench workload run against every target.
@@ -68,7 +70,7 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 						// What pgbench's own pre-run vacuum does, done directly
 						// so every target starts from the same table state.
 						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-						_ = e.cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
+						_ = e.Cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
 						cancel()
 					}
 					r := runPgbench(o, e, t, row)
@@ -94,7 +96,7 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 func settle(e *env, o *options) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := pgx.Connect(ctx, e.cluster.SuperuserDSN("postgres"))
+	c, err := pgx.Connect(ctx, e.Cluster.SuperuserDSN("postgres"))
 	if err != nil {
 		return
 	}
@@ -155,8 +157,8 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 	var samples <-chan []cpuSample
 	stop := make(chan struct{})
 	if t.Proc != nil {
-		before, _ = cpuTicks(t.Proc.pid())
-		samples = sampleCPU(t.Proc.pid(), stop)
+		before, _ = testenv.ProcCPUTicks(t.Proc.PID())
+		samples = sampleCPU(t.Proc.PID(), stop)
 	}
 	var prof chan string
 	if t.Name == "lockpool" && o.pprofDir != "" {
@@ -169,8 +171,8 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 	close(stop)
 	var cpu []cpuSample
 	if t.Proc != nil {
-		after, _ := cpuTicks(t.Proc.pid())
-		r.CPUSeconds = float64(after-before) / clkTck
+		after, _ := testenv.ProcCPUTicks(t.Proc.PID())
+		r.CPUSeconds = float64(after-before) / testenv.ClockTicks
 		cpu = <-samples
 	}
 	if prof != nil {
@@ -199,8 +201,8 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 			r.CPUWindow = fmt.Sprintf("steady state: %.2f s CPU over %d txns", cpu, n)
 		}
 	}
-	if t.Proc != nil && !t.Proc.alive() {
-		r.Failed, r.Error = true, "process died: "+t.Proc.logTail()
+	if t.Proc != nil && !t.Proc.Alive() {
+		r.Failed, r.Error = true, "process died: "+t.Proc.LogTail(3000)
 	}
 	return r
 }
@@ -325,12 +327,12 @@ func sampleCPU(pid int, stop <-chan struct{}) <-chan []cpuSample {
 		tk := time.NewTicker(100 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if t, err := cpuTicks(pid); err == nil {
+			if t, err := testenv.ProcCPUTicks(pid); err == nil {
 				s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
 			}
 			select {
 			case <-stop:
-				if t, err := cpuTicks(pid); err == nil {
+				if t, err := testenv.ProcCPUTicks(pid); err == nil {
 					s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
 				}
 				out <- s
@@ -364,7 +366,7 @@ func steadyCPU(samples []cpuSample, l *txnLog) (cpu float64, txns int64, ok bool
 	if n == 0 {
 		return 0, 0, false
 	}
-	return float64(b.ticks-a.ticks) / clkTck, n, true
+	return float64(b.ticks-a.ticks) / testenv.ClockTicks, n, true
 }
 
 // fetchProfile takes a CPU profile from lockpool's admin listener for

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // IdleResult is the memory test of one pooler.
@@ -38,7 +40,7 @@ func idleTest(t *target, e *env, n int) *IdleResult {
 	r := &IdleResult{Target: t.Name, Clients: n}
 	logf("idle clients: %s: opening %d authenticated idle connections", t.Name, n)
 	time.Sleep(time.Second)
-	r.RSSBeforeKB = rssKB(t.Proc.pid())
+	r.RSSBeforeKB = testenv.ProcRSSKB(t.Proc.PID())
 	cfg, err := pgconn.ParseConfig(t.dsn())
 	if err != nil {
 		r.FirstError = err.Error()
@@ -77,7 +79,7 @@ func idleTest(t *target, e *env, n int) *IdleResult {
 	wg.Wait()
 	r.ConnectSecond = time.Since(start).Seconds()
 	time.Sleep(2 * time.Second)
-	r.RSSWithKB = rssKB(t.Proc.pid())
+	r.RSSWithKB = testenv.ProcRSSKB(t.Proc.PID())
 	r.Errors = int(errs.Load())
 	if v := firstErr.Load(); v != nil {
 		r.FirstError = v.(string)
@@ -172,7 +174,7 @@ func leaseTest(o *options, e *env) *LeaseResult {
 	var pairs, errs, nulls atomic.Int64
 	var firstErr atomic.Value
 	d := time.Duration(o.duration) * time.Second
-	before, _ := cpuTicks(t.Proc.pid())
+	before, _ := testenv.ProcCPUTicks(t.Proc.PID())
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range conns {
@@ -204,14 +206,14 @@ func leaseTest(o *options, e *env) *LeaseResult {
 	}
 	wg.Wait()
 	r.Seconds = time.Since(start).Seconds()
-	after, _ := cpuTicks(t.Proc.pid())
+	after, _ := testenv.ProcCPUTicks(t.Proc.PID())
 	r.Pairs, r.Errors, r.NullTokens = pairs.Load(), errs.Load(), nulls.Load()
 	if v := firstErr.Load(); v != nil {
 		r.FirstError = v.(string)
 	}
 	r.PairsPerSec = float64(r.Pairs) / r.Seconds
 	if r.Pairs > 0 {
-		r.CPUPer1000 = float64(after-before) / clkTck / float64(r.Pairs) * 1000
+		r.CPUPer1000 = float64(after-before) / testenv.ClockTicks / float64(r.Pairs) * 1000
 	}
 	logf("lease throughput: %.0f pairs/s (%d pairs, %d errors)%s", r.PairsPerSec, r.Pairs, r.Errors, errSuffix(r.FirstError))
 	return r

@@ -1,4 +1,4 @@
-// Command bench is lockpool's side-by-side benchmark harness (issue 6).
+// Command bench is lockpool's side-by-side benchmark harness.
 //
 // It starts its own PostgreSQL (internal/pgtest), a built lockpool binary and
 // PgBouncer (when installed), all with the same server-connection budget, and
@@ -13,7 +13,7 @@
 //
 // Run it with scripts/bench.sh (installs PgBouncer when missing), or:
 //
-//	go run ./integration/bench -out bench-results/$(date +%F).json
+//	go run ./tools/bench -out bench-results/$(date +%F).json
 //
 // Quick smoke run: -T 2 -clients 10,100 -idle 1000.
 package main

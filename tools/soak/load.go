@@ -59,7 +59,7 @@ func (s *soak) pgbenchOnce(seconds int) bool {
 	ctx, cancel := context.WithTimeout(s.abortCtx, time.Duration(seconds+30)*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pgbench", "-S", "-n", "-c", "8", "-j", "2", "-P", "5",
-		"-T", strconv.Itoa(seconds), "-h", "127.0.0.1", "-p", strconv.Itoa(s.e.lpPort), "-U", soakUser, soakDB)
+		"-T", strconv.Itoa(seconds), "-h", "127.0.0.1", "-p", strconv.Itoa(s.e.Port), "-U", soakUser, soakDB)
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+soakPassword)
 	var out strings.Builder
 	cmd.Stdout = &out

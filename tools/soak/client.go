@@ -95,7 +95,7 @@ func (b *base) ensure() bool {
 			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		c, err := pgx.Connect(ctx, b.s.e.dsn())
+		c, err := pgx.Connect(ctx, b.s.e.DSN())
 		if err == nil && b.afterConnect != nil {
 			if err = b.afterConnect(ctx, c); err != nil {
 				_ = c.Close(ctx)

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
+)
+
+const (
+	benchUser     = "bench"
+	benchPassword = "bench-secret"
+	benchDB       = "bench"
+)
+
+// target is one place pgbench connects to.
+type target struct {
+	Name string // direct, lockpool, pgbouncer
+	Host string
+	Port int
+	Proc *testenv.Process // nil for direct
+	// AdminURL is lockpool's admin listener (pprof, metrics).
+	AdminURL string
+}
+
+// env is everything the run uses: the stack (PostgreSQL and the lockpool
+// process), PgBouncer, and the three targets.
+type env struct {
+	*testenv.Stack
+	work      string
+	direct    *target
+	lockpool  *target
+	pgbouncer *target
+	pgbFail   string // why PgBouncer is missing
+}
+
+func (e *env) targets() []*target {
+	t := []*target{e.direct, e.lockpool}
+	if e.pgbouncer != nil {
+		t = append(t, e.pgbouncer)
+	}
+	return t
+}
+
+func (e *env) poolers() []*target {
+	t := []*target{e.lockpool}
+	if e.pgbouncer != nil {
+		t = append(t, e.pgbouncer)
+	}
+	return t
+}
+
+func (e *env) close() {
+	if e.pgbouncer != nil {
+		_ = e.pgbouncer.Proc.Stop(10 * time.Second)
+	}
+	if e.Stack != nil {
+		e.Stack.Close()
+	}
+}
+
+// lockpoolConfig is lockpool's configuration for the run: its client and
+// admin ports, PostgreSQL's port, and the budgets of o.
+func lockpoolConfig(o *options, port, adminPort, pgPort int) string {
+	return fmt.Sprintf(`# written by tools/bench
+listen: 127.0.0.1:%d
+admin_listen: 127.0.0.1:%d
+auth_method: scram-sha-256
+server:
+  host: 127.0.0.1
+  port: %d
+  max_connections: %d       # application budget + lease connections + headroom
+users:
+  - name: %s
+    password: %s
+applications:
+  - name: bench
+    user: %s
+    database: %s
+    pool_mode: transaction
+    max_connections: %d       # the same server-connection budget PgBouncer gets (default_pool_size)
+    max_pinned: %d
+    advisory_locks: pin
+    wait_timeout: 120s        # PgBouncer's query_wait_timeout default
+leases:
+  max_connections: 2
+`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned)
+}
+
+func setup(o *options, work string, rep *Report) (*env, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e := &env{work: work}
+	// pgtest starts with max_connections = 300; direct runs at 1000 clients
+	// need more (o.directMax).
+	var err error
+	e.Stack, err = testenv.StartStack(ctx, testenv.StackOptions{
+		Dir: work, Binary: o.lockpoolBy,
+		User: benchUser, Password: benchPassword, DB: benchDB,
+		PgbenchScale: o.scale, MaxConnections: o.directMax,
+		Config: func(port, adminPort, pgPort int) string { return lockpoolConfig(o, port, adminPort, pgPort) },
+		Logf:   logf,
+	})
+	if err != nil {
+		return e, err
+	}
+	c := e.Cluster
+	e.direct = &target{Name: "direct", Host: c.Host, Port: c.Port}
+	e.lockpool = &target{Name: "lockpool", Host: "127.0.0.1", Port: e.Port, Proc: e.Lockpool, AdminURL: e.AdminURL}
+	rep.Settings = Settings{
+		DurationSec: o.duration, Threads: 2, Clients: o.clients, Scale: o.scale,
+		Budget: o.budget, MaxPinned: o.maxPinned, DirectMaxConn: o.directMax,
+		LockpoolConfig: e.Config, Scripts: o.scripts, Modes: o.modes,
+	}
+
+	// PgBouncer
+	if o.noPgb {
+		e.pgbFail = "skipped (-no-pgbouncer)"
+		rep.Notes = append(rep.Notes, "PgBouncer: "+e.pgbFail)
+		return e, nil
+	}
+	pgbBin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		e.pgbFail = "not installed (scripts/bench.sh installs it with apt-get)"
+		rep.Notes = append(rep.Notes, "PgBouncer: "+e.pgbFail)
+		logf("PgBouncer %s", e.pgbFail)
+		return e, nil
+	}
+	t, conf, err := startPgBouncer(ctx, o, e, pgbBin)
+	rep.Settings.PgBouncerConfig = conf
+	if err != nil {
+		return e, fmt.Errorf("pgbouncer: %w", err)
+	}
+	e.pgbouncer = t
+	logf("PgBouncer pid %d on port %d", t.Proc.PID(), t.Port)
+	return e, nil
+}
+
+func startPgBouncer(ctx context.Context, o *options, e *env, bin string) (*target, string, error) {
+	dir := filepath.Join(e.work, "pgbouncer")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	port, err := testenv.UnusedPort()
+	if err != nil {
+		return nil, "", err
+	}
+	// As a new user would: the role's SCRAM secret from pg_authid in
+	// userlist.txt (what the PgBouncer docs suggest for auth_type
+	// scram-sha-256; PgBouncer then logs in to the server with the client's
+	// SCRAM keys).
+	conn, err := pgx.Connect(ctx, e.Cluster.SuperuserDSN("postgres"))
+	if err != nil {
+		return nil, "", err
+	}
+	var secret string
+	err = conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", benchUser).Scan(&secret)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	userlist := fmt.Sprintf("%q %q\n", benchUser, secret)
+	conf := fmt.Sprintf(`;; written by tools/bench
+[databases]
+%s = host=127.0.0.1 port=%d dbname=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = %s
+pool_mode = transaction
+default_pool_size = %d
+max_client_conn = 20000
+ignore_startup_parameters = extra_float_digits
+logfile =
+pidfile =
+`, benchDB, e.Cluster.Port, benchDB, port, filepath.Join(dir, "userlist.txt"), o.budget)
+	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(userlist), 0o600); err != nil {
+		return nil, "", err
+	}
+	confPath := filepath.Join(dir, "pgbouncer.ini")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, "", err
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// PgBouncer refuses to run as root.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, conf, fmt.Errorf("running as root needs a postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		for _, p := range []string{dir, confPath, filepath.Join(dir, "userlist.txt")} {
+			if err := os.Chown(p, uid, gid); err != nil {
+				return nil, conf, err
+			}
+		}
+	}
+	p, err := testenv.StartLogged(dir, "pgbouncer", cred, bin, confPath)
+	if err != nil {
+		return nil, conf, err
+	}
+	t := &target{Name: "pgbouncer", Host: "127.0.0.1", Port: port, Proc: p}
+	if err := testenv.WaitReady(ctx, p, t.dsn()); err != nil {
+		_ = p.Stop(10 * time.Second)
+		return nil, conf, fmt.Errorf("%w\n%s", err, p.LogTail(3000))
+	}
+	return t, conf, nil
+}
+
+func (t *target) dsn() string {
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=disable",
+		t.Host, t.Port, benchUser, benchPassword, benchDB)
+}
