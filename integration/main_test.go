@@ -16,7 +16,7 @@ var testRoles = []string{"app", "app2", "jobs", "rejecter", "other",
 	"bench", "hup", "dier", "params", "pooler", "psqlr", "lkrand"}
 
 func TestMain(m *testing.M) {
-	os.Exit(pgtest.RunMain(m, func(c *pgtest.Cluster) error {
+	code := pgtest.RunMain(m, func(c *pgtest.Cluster) error {
 		ctx := context.Background()
 		for _, u := range testRoles {
 			if err := c.CreateRole(ctx, u, testenv.Password); err != nil {
@@ -30,5 +30,7 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		return c.Exec(ctx, "appdb", "GRANT ALL ON SCHEMA public TO PUBLIC; GRANT CREATE ON DATABASE appdb TO PUBLIC")
-	}))
+	})
+	testenv.RemoveLockpoolBinary()
+	os.Exit(code)
 }

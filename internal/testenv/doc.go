@@ -15,7 +15,7 @@
 //   - the password of every test role and user ([Password]), connection
 //     strings and psql commands for a port ([DSN], [PsqlCmd]);
 //   - the lockpool binary, built once per test process ([LockpoolBinary],
-//     [BuildLockpool], [ModuleRoot]), and programs run as processes
+//     [BuildLockpool], [ModuleRoot], [RemoveLockpoolBinary]), and programs run as processes
 //     ([Process], [StartProcess], [StartLogged], [WaitReady],
 //     [StartLockpoolProcess]);
 //   - the stack the load tools run: a cluster with a role, a database and

@@ -227,6 +227,14 @@ func LockpoolBinary(t testing.TB) string {
 	return built.path
 }
 
+// RemoveLockpoolBinary deletes what [LockpoolBinary] built, if anything.
+// TestMain calls it once the tests ran.
+func RemoveLockpoolBinary() {
+	if built.path != "" {
+		_ = os.RemoveAll(filepath.Dir(built.path))
+	}
+}
+
 // LockpoolProcess is the lockpool binary running as a process for a test.
 type LockpoolProcess struct {
 	*Process
