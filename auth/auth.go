@@ -159,17 +159,23 @@ func parsePasswordMessage(body []byte) (string, error) {
 	return string(body[:len(body)-1]), nil
 }
 
-func md5Exchange(c Conn, user string, cred *Credential) error {
-	var salt [4]byte
-	rand.Read(salt[:])
-	if err := send(c, &pgproto3.AuthenticationMD5Password{Salt: salt}); err != nil {
-		return err
+// askPassword sends an authentication request and reads the client's
+// password message.
+func askPassword(c Conn, req pgproto3.BackendMessage) (string, error) {
+	if err := send(c, req); err != nil {
+		return "", err
 	}
 	body, err := receive(c)
 	if err != nil {
-		return err
+		return "", err
 	}
-	got, err := parsePasswordMessage(body)
+	return parsePasswordMessage(body)
+}
+
+func md5Exchange(c Conn, user string, cred *Credential) error {
+	var salt [4]byte
+	rand.Read(salt[:])
+	got, err := askPassword(c, &pgproto3.AuthenticationMD5Password{Salt: salt})
 	if err != nil {
 		return err
 	}
@@ -183,14 +189,7 @@ func md5Exchange(c Conn, user string, cred *Credential) error {
 }
 
 func passwordExchange(c Conn, user string, cred *Credential) error {
-	if err := send(c, &pgproto3.AuthenticationCleartextPassword{}); err != nil {
-		return err
-	}
-	body, err := receive(c)
-	if err != nil {
-		return err
-	}
-	got, err := parsePasswordMessage(body)
+	got, err := askPassword(c, &pgproto3.AuthenticationCleartextPassword{})
 	if err != nil {
 		return err
 	}

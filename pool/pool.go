@@ -326,12 +326,8 @@ func (m *Manager) nextSeq() uint64 {
 // wait blocks until w is granted, ctx ends or the timeout fires. On
 // timeout/cancel the waiter is removed; a grant that raced in is given back.
 func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (grant, error) {
-	var timerC <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timerC = t.C
-	}
+	timerC, stop := timeoutChan(timeout)
+	defer stop()
 	var err error
 	select {
 	case g := <-w.ch:
@@ -786,12 +782,8 @@ func (m *Manager) AcquirePin(ctx context.Context, app string) error {
 	timeout := a.cfg.WaitTimeout
 	m.mu.Unlock()
 
-	var timerC <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timerC = t.C
-	}
+	timerC, stop := timeoutChan(timeout)
+	defer stop()
 	var err error
 	outcome := pinCanceled
 	select {
@@ -1147,4 +1139,14 @@ func (m *Manager) Close() {
 	m.closeOnce.Do(func() { close(m.stopJanitor) })
 	<-m.janitorDone
 	m.finishClose(toClose, true)
+}
+
+// timeoutChan returns a channel that fires after d (never for d <= 0) and a
+// function that releases its timer.
+func timeoutChan(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }

@@ -435,65 +435,25 @@ func (s *session) forgetVirtual(name []byte) {
 
 // bindVirtual handles Bind of a lease call.
 func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
-	// tail: int16 nfmt, formats, int16 nparams, params, int16 nres, result formats.
-	rd := func(n int) ([]byte, bool) {
-		if len(tail) < n {
-			return nil, false
-		}
-		b := tail[:n]
-		tail = tail[n:]
-		return b, true
+	var a wire.BindArgs
+	if err := (wire.Bind{Tail: tail}).Args(&a); err != nil {
+		return err
 	}
-	bad := func() error { return wire.ProtocolErrorf("invalid Bind message") }
-	b, ok := rd(2)
-	if !ok {
-		return bad()
+	if len(a.Params) != len(vs.types) {
+		return s.fail(&pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: bind message supplies %d parameters, but prepared statement requires %d", len(a.Params), len(vs.types))}, false)
 	}
-	nf := int(binary.BigEndian.Uint16(b))
-	pf := make([]int16, nf)
-	for i := range pf {
-		if b, ok = rd(2); !ok {
-			return bad()
-		}
-		pf[i] = int16(binary.BigEndian.Uint16(b))
-	}
-	if b, ok = rd(2); !ok {
-		return bad()
-	}
-	np := int(binary.BigEndian.Uint16(b))
-	if np != len(vs.types) {
-		return s.fail(&pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: bind message supplies %d parameters, but prepared statement requires %d", np, len(vs.types))}, false)
-	}
-	params := make([]any, np)
-	for i := 0; i < np; i++ {
-		if b, ok = rd(4); !ok {
-			return bad()
-		}
-		l := int32(binary.BigEndian.Uint32(b))
-		if l < 0 {
+	params := make([]any, len(a.Params))
+	for i, v := range a.Params {
+		if v == nil {
 			continue
 		}
-		v, ok := rd(int(l))
-		if !ok {
-			return bad()
-		}
-		val, err := decodeParam(v, formatFor(pf, i), vs.types[i])
+		val, err := decodeParam(v, a.ParamFormat(i), vs.types[i])
 		if err != nil {
 			return s.fail(&pgError{Code: "22P02", Message: "lockpool: invalid lease function argument: " + err.Error(), Hint: "Pass the lease name as text and seconds as numbers."}, false)
 		}
 		params[i] = val
 	}
-	if b, ok = rd(2); !ok {
-		return bad()
-	}
-	nr := int(binary.BigEndian.Uint16(b))
-	rf := make([]int16, nr)
-	for i := range rf {
-		if b, ok = rd(2); !ok {
-			return bad()
-		}
-		rf[i] = int16(binary.BigEndian.Uint16(b))
-	}
+	rf := append([]int16(nil), a.ResultFormats...)
 	if s.vportals == nil {
 		s.vportals = make(map[string]*virtPortal)
 	}
