@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/config"
-	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
 	"github.com/lockpool/lockpool/proxy"
 )
@@ -143,28 +142,6 @@ func uniqueName(t testing.TB, prefix string) string { return testenv.UniqueName(
 func skipOrFail(t testing.TB, why string) {
 	t.Helper()
 	testenv.SkipOrFail(t, why)
-}
-
-// The names below are older spellings the transaction-boundary tests
-// (txn_*_test.go) still use; new code calls startYAML,
-// testenv.EnsureRole and testenv.EnsureDatabase.
-
-// flStart is startYAML.
-func flStart(t *testing.T, yaml string) (*lp, *testenv.LogBuffer) {
-	t.Helper()
-	return startYAML(t, yaml)
-}
-
-// flEnsureRole is [testenv.EnsureRole].
-func flEnsureRole(t testing.TB, c *pgtest.Cluster, name string) {
-	t.Helper()
-	testenv.EnsureRole(t, c, name)
-}
-
-// flEnsureDB is [testenv.EnsureDatabase].
-func flEnsureDB(t testing.TB, c *pgtest.Cluster, name, owner string) {
-	t.Helper()
-	testenv.EnsureDatabase(t, c, name, owner)
 }
 
 // rollbackFailedBegin ends the failed transaction block a BEGIN leaves when

@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 const (
@@ -404,8 +405,8 @@ func TestTxnAdversarialAllOrNothing(t *testing.T) {
 			t.Errorf("destroy cluster: %v", err)
 		}
 	})
-	flEnsureRole(t, c, advRole)
-	flEnsureDB(t, c, advDB, advRole)
+	testenv.EnsureRole(t, c, advRole)
+	testenv.EnsureDatabase(t, c, advDB, advRole)
 	// Clients reconnect after every lost connection, dozens of times a
 	// second: trust the test role, so that logins (SCRAM costs milliseconds
 	// of CPU on both sides) do not starve the transactions on 2 cores.
@@ -441,7 +442,7 @@ func TestTxnAdversarialAllOrNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ep := txnEndpoint{port: c.Port}
 			if tc.name == "lockpool" {
-				l, _ := flStart(t, fmt.Sprintf(`listen: 127.0.0.1:0
+				l, _ := startYAML(t, fmt.Sprintf(`listen: 127.0.0.1:0
 admin_listen: ""
 auth_method: trust
 leak_check_interval: 0s

@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // txnStep is one statement a test client sends.
@@ -506,8 +507,8 @@ var txnLossCases = []txnLossCase{
 func txnSetup(t *testing.T) (*pgtest.Cluster, *pgx.Conn) {
 	t.Helper()
 	c := pgtest.Require(t)
-	flEnsureRole(t, c, txnRole)
-	flEnsureRole(t, c, txnIdleRole)
+	testenv.EnsureRole(t, c, txnRole)
+	testenv.EnsureRole(t, c, txnIdleRole)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Exec(ctx, "postgres", "ALTER ROLE "+txnIdleRole+" SET idle_in_transaction_session_timeout = '300ms'"); err != nil {

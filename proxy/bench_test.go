@@ -1,6 +1,6 @@
 package proxy
 
-// Hot-path benchmarks (issue 6): a client round trip through the relay
+// Hot-path benchmarks: a client round trip through the relay
 // in-process, against a scripted fake PostgreSQL on a loopback listener. Both
 // the benchmark client and the fake server are written not to allocate in
 // the steady state, so allocs/op is the proxy's own.

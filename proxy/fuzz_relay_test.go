@@ -1,6 +1,6 @@
 package proxy
 
-// Fuzz test of the server-message relay (issue 7, acceptance 7): whatever a
+// Fuzz test of the server-message relay: whatever a
 // server sends after a statement, the relay neither panics nor hangs, and
 // the session ends when its client leaves.
 //

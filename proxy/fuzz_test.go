@@ -1,6 +1,6 @@
 package proxy
 
-// Fuzz tests of the client-message framing (issue 2, acceptance 7): no
+// Fuzz tests of the client-message framing: no
 // input may panic or hang the startup reader, the frame reader, or a
 // session's message loop.
 //

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -231,10 +232,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 // told. A check (opCheck) that finds the client was told otherwise marks the
 // client's statement stale.
 func (s *session) noteDescription(f *reply, typ byte, body []byte) {
-	h := maphash.Bytes(stmtSeed, body) | 1
-	if typ == 'n' {
-		h = 2
-	}
+	h := resultTypeHash(typ, body)
 	if f.srv != "" && s.link.st != nil {
 		if s.link.st.descs == nil {
 			s.link.st.descs = make(map[string]uint64)
@@ -250,6 +248,30 @@ func (s *session) noteDescription(f *reply, typ byte, body []byte) {
 	case f.desc.desc == 0:
 		f.desc.desc = h
 	}
+}
+
+// resultTypeHash hashes what a statement returns as PostgreSQL compares it
+// for "cached plan must not change result type": the columns' names, types,
+// sizes and modifiers, not the table they come from (which may differ
+// between clients with different search_paths and is no change).
+func resultTypeHash(typ byte, body []byte) uint64 {
+	if typ == 'n' || len(body) < 2 {
+		return 2
+	}
+	var h maphash.Hash
+	h.SetSeed(stmtSeed)
+	n := int(binary.BigEndian.Uint16(body))
+	p := body[2:]
+	for i := 0; i < n; i++ {
+		name, rest, ok := wire.CString(p)
+		if !ok || len(rest) < 18 {
+			break
+		}
+		_, _ = h.Write(name)
+		_, _ = h.Write(rest[6:16]) // type OID, size, modifier (skipping table OID and column number)
+		p = rest[18:]
+	}
+	return h.Sum64() | 1
 }
 
 // completionOf is the message that completes a Parse, Bind or Close.
