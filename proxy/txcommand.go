@@ -32,12 +32,12 @@ func txCommandOf(sql []byte) txCommand {
 		}
 		return txCommit
 	case wordIs(w, "rollback"), wordIs(w, "abort"):
-		w2, _ := nextWord(rest)
+		w2, rest2 := nextWord(rest)
 		if wordIs(w2, "to") || wordIs(w2, "prepared") {
 			return txNone
 		}
 		if wordIs(w2, "work") || wordIs(w2, "transaction") {
-			if w3, _ := nextWord(rest[len(w2):]); wordIs(w3, "to") {
+			if w3, _ := nextWord(rest2); wordIs(w3, "to") {
 				return txNone
 			}
 		}
