@@ -62,7 +62,9 @@ type serverLink struct {
 	pinnedSince time.Time
 
 	draining bool               // shutdown: end the session at its next idle point
-	waitStop context.CancelFunc // ends a wait in lockpool (cancel request)
+	waiting  bool               // the session waits in lockpool (connection, pin slot, lease)
+	waitCtx  context.Context    // the context of such waits, reused until a cancel request ends it
+	waitStop context.CancelFunc // ends waitCtx
 }
 
 // to moves the link to next and returns an error for a move the life

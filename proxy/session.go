@@ -703,20 +703,21 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 
 // waitContext returns the context for a wait in lockpool (a connection, a
 // pin slot, a lease) that a CancelRequest ends; call endWait after.
+// The context is reused until a cancel request ends it, so a wait costs
+// no allocation.
 func (s *session) waitContext() context.Context {
-	ctx, cancel := context.WithCancel(s.srv.baseCtx)
 	s.link.mu.Lock()
-	s.link.waitStop = cancel
-	s.link.mu.Unlock()
-	return ctx
+	defer s.link.mu.Unlock()
+	if s.link.waitCtx == nil {
+		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.baseCtx)
+	}
+	s.link.waiting = true
+	return s.link.waitCtx
 }
 
 func (s *session) endWait() {
 	s.link.mu.Lock()
-	if s.link.waitStop != nil {
-		s.link.waitStop()
-		s.link.waitStop = nil
-	}
+	s.link.waiting = false
 	s.link.mu.Unlock()
 }
 
@@ -730,9 +731,9 @@ func (s *session) endWait() {
 func (s *session) cancelRunning(ctx context.Context) {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
-	if s.link.waitStop != nil {
+	if s.link.waiting && s.link.waitStop != nil {
 		s.link.waitStop()
-		s.link.waitStop = nil
+		s.link.waitCtx, s.link.waitStop = nil, nil
 	}
 	if s.link.state != linkRelaying || s.link.sc == nil {
 		return // nothing of the client's runs on the server
@@ -852,7 +853,12 @@ func (s *session) cleanup() {
 	if s.watchDone != nil {
 		_ = s.stopWatch()
 	}
-	s.endWait()
+	s.link.mu.Lock()
+	if s.link.waitStop != nil {
+		s.link.waitStop()
+		s.link.waitCtx, s.link.waitStop = nil, nil
+	}
+	s.link.mu.Unlock()
 	sc := s.link.sc
 	lost := s.link.state == linkLost
 	clean := !lost && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal && !s.watchLost
