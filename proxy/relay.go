@@ -57,15 +57,15 @@ func (s *session) pump() error {
 		if err != nil {
 			return s.serverLost(err)
 		}
-		if n > r.Size() {
-			// A large message (a big DataRow): stream it.
+		if n > r.Size() && (typ == 'D' || typ == 'd') {
+			// A large row or COPY data: stream it without holding it.
 			if err := s.flushClient(); err != nil {
 				return err
 			}
-			head := []byte{typ, byte((n + 4) >> 24), byte((n + 4) >> 16), byte((n + 4) >> 8), byte(n + 4)}
-			if err := s.checkOrder(typ); err != nil {
-				return err
+			if f := s.q.front(); f == nil || f.kind != replyQuery && f.kind != replyExecute {
+				return s.serverLost(fmt.Errorf("%w: %q with no query running", errServerProtocol, typ))
 			}
+			head := []byte{typ, byte((n + 4) >> 24), byte((n + 4) >> 16), byte((n + 4) >> 8), byte(n + 4)}
 			clientErr, srvErr := s.out.copyFrom(head, r, n)
 			if clientErr != nil {
 				return clientErr
@@ -75,18 +75,17 @@ func (s *session) pump() error {
 			}
 			continue
 		}
-		body, err := r.Peek(n)
+		// The body is consumed here and valid until the next read of r;
+		// a safe point (which may give r to another session) runs only
+		// after the message was handled.
+		body, err := wire.ReadBody(r, n, &s.srvScratch)
 		if err != nil {
 			return s.serverLost(err)
 		}
-		err = s.onServerMessage(typ, body)
-		_, _ = r.Discard(n)
-		if err != nil {
+		if err := s.onServerMessage(typ, body); err != nil {
 			return err
 		}
 		if s.settled {
-			// Only after the message is consumed: the safe point may give
-			// the connection (and its reader) to another session.
 			s.settled = false
 			if err := s.safePoint(); err != nil {
 				return err
@@ -97,15 +96,6 @@ func (s *session) pump() error {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-// checkOrder verifies that a large message fits the front reply.
-func (s *session) checkOrder(typ byte) error {
-	f := s.q.front()
-	if f == nil || typ != 'D' && typ != 'd' && typ != 'E' && typ != 'N' && typ != 'A' {
-		return s.serverLost(errServerProtocol)
 	}
 	return nil
 }

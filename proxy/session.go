@@ -59,6 +59,7 @@ type session struct {
 	// The conversation with the server.
 	q          replyQueue // replies the client is owed, in order
 	sout       []byte     // buffered writes to the server
+	srvScratch []byte     // server messages larger than the read buffer
 	cout       []byte     // buffered writes to the client
 	asked      int        // server entries of q the server was asked to answer (Sync, Query or Flush sent)
 	askPending bool       // sout ends with a Sync, Query, FunctionCall or Flush

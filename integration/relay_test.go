@@ -1,0 +1,59 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lockpool/lockpool/internal/testenv"
+)
+
+// Server messages larger than lockpool's read buffer reach the client whole
+// and in order, in both protocols: a wide RowDescription, a long error and
+// a large DataRow.
+func TestLargeServerMessages(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "")
+	ctx := testenv.Context(t, time.Minute)
+	var cols []string
+	for i := 0; i < 300; i++ {
+		cols = append(cols, fmt.Sprintf("%d AS %s_%03d", i, strings.Repeat("c", 60), i))
+	}
+	wide := "SELECT " + strings.Join(cols, ", ")
+	long := strings.Repeat("x", 20000)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := l.connectCfg(t, "app", "appdb", func(cfg *pgx.ConnConfig) { cfg.DefaultQueryExecMode = mode })
+			for round := 0; round < 2; round++ {
+				rows, err := c.Query(ctx, wide)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(rows.FieldDescriptions()); n != 300 {
+					t.Fatalf("%d columns, want 300", n)
+				}
+				vals, err := pgx.CollectOneRow(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(vals[299]) != "299" {
+					t.Fatalf("last column = %v, want 299", vals[299])
+				}
+				_, err = c.Exec(ctx, "DO $$BEGIN RAISE EXCEPTION '%', repeat('x', 20000); END$$")
+				if pe := pgErr(t, err, "P0001"); pe.Message != long {
+					t.Fatalf("error message of %d bytes, want 20000", len(pe.Message))
+				}
+				var big string
+				if err := c.QueryRow(ctx, "SELECT repeat('y', 1000000)").Scan(&big); err != nil || len(big) != 1000000 {
+					t.Fatalf("large row: %d bytes, %v", len(big), err)
+				}
+				var one int
+				if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+					t.Fatalf("after: %d, %v", one, err)
+				}
+			}
+		})
+	}
+}
