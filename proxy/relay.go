@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/pool"
@@ -496,12 +497,7 @@ func (s *session) serverLost(err error) error {
 	if s.sawFatal {
 		return errSessionEnd // the server's FATAL is the last message
 	}
-	pe := &pgError{Severity: "FATAL", Code: "08006", Message: "lockpool: the server connection was lost; the current transaction is gone", Hint: "Reconnect and retry the transaction."}
-	if wasPinned {
-		pe.Message = "lockpool: the server connection was lost; the session's advisory locks and session state are gone"
-		pe.Hint = "Reconnect and take the locks again; they were released when the server connection ended."
-	}
-	return pe
+	return pgerr.ConnectionLost(wasPinned).Fatal()
 }
 
 func isConnError(err error) bool {
@@ -521,7 +517,7 @@ func (s *session) startWatch() error {
 	}
 	done := make(chan struct{})
 	s.watchDone = done
-	s.watchLost, s.watchFatal = false, false
+	s.watchLost = false
 	go s.watch(s.link.sc, done)
 	return nil
 }
@@ -568,10 +564,10 @@ func (s *session) watch(sc *pool.Conn, done chan struct{}) {
 		}
 		// The server connection died while the client is idle and pinned:
 		// its locks are gone. End the session now, as PostgreSQL would.
-		s.watchLost, s.watchFatal = true, fatal
+		s.watchLost = true
 		var pe *pgError
 		if !fatal {
-			pe = &pgError{Severity: "FATAL", Code: "08006", Message: "lockpool: the server connection was lost; the session's advisory locks and session state are gone", Hint: "Reconnect and take the locks again; they were released when the server connection ended."}
+			pe = pgerr.ConnectionLost(true).Fatal()
 		}
 		s.out.end(nil, pe)
 		return

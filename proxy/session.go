@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"runtime/debug"
@@ -73,12 +72,10 @@ type session struct {
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
 	// only lockpool knows, until ROLLBACK.
-	localTx    byte
-	localExit  bool          // localTx: the client prepared a transaction-ending statement
-	watchDone  chan struct{} // the watcher's end, while the link is watched
-	watchLost  bool          // the watcher saw the server connection die
-	watchFatal bool          // the watcher relayed the server's FATAL
-	lastWasQ   bool          // the client message being handled is a simple Query
+	localTx   byte
+	localExit bool          // localTx: the client prepared a transaction-ending statement
+	watchDone chan struct{} // the watcher's end, while the link is watched
+	watchLost bool          // the watcher saw the server connection die
 
 	// Pins.
 	slot      *pinSlot // a pin slot held (taken before a statement that may lock, kept while pinned)
@@ -162,7 +159,7 @@ func (s *session) serve() {
 		}
 		if err != nil {
 			if isTimeout(err) && s.idleInTransaction() {
-				s.end(&pgError{Severity: "FATAL", Code: "25P03", Message: "lockpool: terminating connection due to idle-in-transaction timeout", Hint: "The client left a transaction open longer than idle_transaction_timeout."})
+				s.end(pgerr.IdleInTransaction())
 				return
 			}
 			if errors.Is(err, wire.ErrProtocol) {
@@ -172,7 +169,7 @@ func (s *session) serve() {
 		}
 		s.r.SetDeadline(time.Time{})
 		if n > maxMsg && maxMsg > 0 {
-			s.end(&pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("lockpool: message of %d bytes exceeds max_message_size (%d)", n, maxMsg), Hint: "Send smaller messages or raise max_message_size."})
+			s.end(pgerr.MessageTooLarge(n, maxMsg))
 			return
 		}
 		if s.skipping && typ != 'S' && typ != 'X' {
@@ -190,7 +187,6 @@ func (s *session) serve() {
 
 // dispatch handles one client message.
 func (s *session) dispatch(typ byte, n int) error {
-	s.lastWasQ = typ == 'Q'
 	if s.localTx != 0 {
 		return s.inLocalFailedTx(typ, n)
 	}
@@ -241,7 +237,7 @@ func (s *session) end(err error) {
 		return
 	case errors.As(err, &pe):
 	case errors.Is(err, wire.ErrProtocol):
-		pe = &pgError{Code: "08P01", Message: "lockpool: " + err.Error(), Hint: "The client sent a malformed message; the connection is closed."}
+		pe = pgerr.Protocol("%v", err)
 	default:
 		s.out.end(nil, nil)
 		return

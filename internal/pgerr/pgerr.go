@@ -238,11 +238,11 @@ func ConnectionLost(sessionState bool) *Error {
 	if sessionState {
 		return New(ConnectionFailure,
 			"lockpool: the server connection was lost; the session's advisory locks and session state are gone",
-			"Take the locks again; they were released when the server connection ended.")
+			"Reconnect and take the locks again; they were released when the server connection ended.")
 	}
 	return New(ConnectionFailure,
 		"lockpool: the server connection was lost; the current transaction is gone",
-		"Retry the transaction.")
+		"Reconnect and retry the transaction.")
 }
 
 // NoStatement is the 26000 of a Bind, Describe or Close of a prepared
