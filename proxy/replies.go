@@ -49,12 +49,11 @@ type replyQueue struct {
 	items  []reply
 	head   int
 	server int // entries the server answers (not replyLocal)
-	buf    [8]reply
 }
 
 func (q *replyQueue) push(r reply) {
 	if q.items == nil {
-		q.items = q.buf[:0]
+		q.items = make([]reply, 0, 4) // once per session: an idle client keeps its size small
 	}
 	q.items = append(q.items, r)
 	if r.kind != replyLocal {
@@ -84,7 +83,7 @@ func (q *replyQueue) pop() reply {
 	if q.head == len(q.items) {
 		q.head = 0
 		if cap(q.items) > 64 {
-			q.items = q.buf[:0]
+			q.items = nil
 		} else {
 			q.items = q.items[:0]
 		}

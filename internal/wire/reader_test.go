@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -319,3 +320,29 @@ func (c *failConn) Read(p []byte) (int, error) {
 }
 
 func (c *failConn) SetReadDeadline(time.Time) error { return nil }
+
+// SetDeadline: the owner's deadline ends a wait with a timeout error (also
+// while the release delay is running), and after it is cleared the Reader
+// reads on normally.
+func TestReaderOwnerDeadline(t *testing.T) {
+	for _, release := range []time.Duration{0, DefaultReleaseAfter} {
+		client, server := net.Pipe()
+		r := NewReader(server, NewBufferPool(64), []byte("x"))
+		r.SetReleaseAfter(release)
+		_, _ = r.Discard(1)
+		r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+		_, err := r.Peek(5)
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("release %v: Peek past the deadline = %v, want a timeout", release, err)
+		}
+		r.SetDeadline(time.Time{})
+		go func() { _, _ = client.Write(AppendQuery(nil, "a")) }()
+		typ, n, err := ReadHeader(r)
+		if err != nil || typ != 'Q' || n != 2 {
+			t.Fatalf("release %v: after clearing: %q %d %v", release, typ, n, err)
+		}
+		client.Close()
+		server.Close()
+	}
+}
