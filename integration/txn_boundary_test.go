@@ -31,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
 )
@@ -760,6 +761,60 @@ func TestTxnBoundaryBeginPoolTimeout(t *testing.T) {
 			}
 			if t.Failed() {
 				t.Logf("client transcript:\n%s", cl.output())
+			}
+		})
+	}
+}
+
+// TestTxnBoundaryFatalIsLast checks on the wire that after the server
+// connection dies inside a transaction, the client's next Query gets a
+// FATAL and then the end of the stream: no ReadyForQuery, no other message,
+// exactly as from PostgreSQL directly.
+func TestTxnBoundaryFatalIsLast(t *testing.T) {
+	c, su := txnSetup(t)
+	for _, target := range []string{"direct", "lockpool"} {
+		t.Run(target, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			port := c.Port
+			if target == "lockpool" {
+				port = txnLockpool(t).port
+			}
+			dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable", port, txnRole, appPassword, txnDB)
+			fe, nc := rawClient(t, ctx, dsn)
+			got := wireTrace(t, fe, nc, []wireRound{
+				{send: []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}, read: 2},
+				{send: []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT pg_backend_pid()"}}, read: 4},
+			})
+			if len(got) != 2 || got[0] != "C:BEGIN Z:T" || !strings.HasPrefix(got[1], "T D:") {
+				t.Fatalf("before the loss: %q", got)
+			}
+			pid, _ := strconv.Atoi(strings.Fields(got[1])[1][2:])
+			txnTerminate(ctx, t, su, pid)
+			fe.Send(&pgproto3.Query{String: "SELECT 1"})
+			if err := fe.Flush(); err != nil {
+				t.Logf("the socket was closed before the next query: %v", err)
+				return // nothing more can come
+			}
+			_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var tags []string
+			for {
+				msg, err := fe.Receive()
+				if err != nil {
+					if len(tags) == 0 || !strings.HasPrefix(tags[len(tags)-1], "FATAL:") {
+						t.Fatalf("after the loss: %q then %v; want a FATAL as the last message", tags, err)
+					}
+					if len(tags) != 1 {
+						t.Fatalf("after the loss: %q; want exactly one FATAL before the close", tags)
+					}
+					t.Logf("after the loss: %q, then %v", tags, err)
+					return
+				}
+				if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+					tags = append(tags, e.Severity+":"+e.Code)
+				} else {
+					tags = append(tags, wireTag(msg))
+				}
 			}
 		})
 	}
