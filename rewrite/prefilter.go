@@ -82,27 +82,24 @@ var callNames = [...]string{
 // identifier) and matched as a suffix, a superset of the lexer's token.
 func callBefore(s string, i int) bool {
 	j := i
-	for {
-		crossed := false
-		for j > 0 && isSpace(s[j-1]) {
-			if s[j-1] == '\n' || s[j-1] == '\r' {
-				crossed = true
-			}
-			j--
+	crossed := false
+	for j > 0 && isSpace(s[j-1]) {
+		if s[j-1] == '\n' || s[j-1] == '\r' {
+			crossed = true
 		}
-		if j >= 2 && s[j-1] == '/' && s[j-2] == '*' {
-			return slowHit(s) // a block comment between name and '('
+		j--
+	}
+	if j >= 2 && s[j-1] == '/' && s[j-2] == '*' {
+		return slowHit(s) // a block comment between name and '('
+	}
+	if crossed {
+		line := s[:j]
+		if k := strings.LastIndexAny(line, "\n\r"); k >= 0 {
+			line = line[k+1:]
 		}
-		if crossed {
-			line := s[:j]
-			if k := strings.LastIndexAny(line, "\n\r"); k >= 0 {
-				line = line[k+1:]
-			}
-			if strings.Contains(line, "--") {
-				return slowHit(s) // maybe a line comment between name and '('
-			}
+		if strings.Contains(line, "--") {
+			return slowHit(s) // maybe a line comment between name and '('
 		}
-		break
 	}
 	var w string
 	if j > 0 && s[j-1] == '"' {
