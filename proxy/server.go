@@ -300,7 +300,16 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("proxy: accept: %w", err)
 		}
 		backoff = 0
+		// Counted under mu with the draining check: Shutdown sets draining
+		// under mu before it waits, so no Add can race its Wait.
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			_ = c.Close()
+			return nil
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.handleConn(c)
