@@ -399,10 +399,7 @@ func (s *session) onDescribe(n int) error {
 		return nil
 	}
 	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName, desc: st})
-	buf, start := wire.AppendHeader(s.sout, 'D')
-	buf = append(buf, 'S')
-	buf = wire.AppendCString(buf, st.srvName)
-	s.sout = wire.FinishMsg(buf, start)
+	s.sout = wire.AppendDescribe(s.sout, 'S', st.srvName)
 	return nil
 }
 
