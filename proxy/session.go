@@ -510,7 +510,7 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 	case errors.Is(err, errSessionEnd):
 		return err
 	case errors.Is(err, pool.ErrWaitTimeout):
-		pe = toPG(policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String()))
+		pe = policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String())
 	case errors.Is(err, context.Canceled):
 		pe = errCanceled()
 	case errors.Is(err, pool.ErrClosed):
@@ -526,8 +526,6 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 	}
 	return s.localError(pe, simple)
 }
-
-func toPG(e *pgerr.Error) *pgError { return e }
 
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.
@@ -668,7 +666,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				s.app.rejected(fn.String())
 			}
 		}
-		return false, s.fail(toPG(d.Err), simple)
+		return false, s.fail(d.Err, simple)
 	case policy.PinFirst:
 		if s.slot == nil {
 			ctx := s.waitContext()
@@ -678,7 +676,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				var pe *pgError
 				switch {
 				case errors.Is(err, pool.ErrPinTimeout):
-					pe = toPG(policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String()))
+					pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
 				case errors.Is(err, context.Canceled):
 					pe = errCanceled()
 				default:
