@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
@@ -55,5 +56,31 @@ func TestLargeServerMessages(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A client that sends its COPY data right behind the COPY statement,
+// without waiting for CopyInResponse, loses nothing.
+func TestCopyDataBehindStatement(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "")
+	ctx := testenv.Context(t, time.Minute)
+	table := uniqueName(t, "cp")
+	su := superConn(t, "appdb")
+	if _, err := su.Exec(ctx, fmt.Sprintf("CREATE TABLE %[1]s (v int); GRANT ALL ON %[1]s TO PUBLIC", table)); err != nil {
+		t.Fatal(err)
+	}
+	fe, nc := rawClient(t, ctx, l.dsn("app", "appdb"))
+	got := wireTrace(t, fe, nc, []wireRound{{send: []pgproto3.FrontendMessage{
+		&pgproto3.Query{String: "COPY " + table + " FROM STDIN"},
+		&pgproto3.CopyData{Data: []byte("1\n2\n3\n")},
+		&pgproto3.CopyDone{},
+	}, read: 3}})
+	if len(got) != 1 || got[0] != "*pgproto3.CopyInResponse C:COPY 3 Z:I" {
+		t.Fatalf("COPY with its data in one write: %q", got)
+	}
+	var n int
+	if err := su.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows copied: %d, %v", n, err)
 	}
 }

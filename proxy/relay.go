@@ -160,7 +160,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		if typ == 'Z' {
 			return s.onReady(body)
 		}
-		s.noteCopy(typ)
+		s.noteCopy(f, typ)
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case replySync:
@@ -208,7 +208,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			}
 			s.popServer(false)
 		case 'D', 'd', 'c', 'G', 'H', 'W':
-			s.noteCopy(typ)
+			s.noteCopy(f, typ)
 			s.cout = wire.AppendFrame(s.cout, typ, body)
 		default:
 			return errServerProtocol
@@ -277,9 +277,11 @@ func completionOf(k replyKind) byte {
 }
 
 // noteCopy notices the server waiting for COPY data.
-func (s *session) noteCopy(typ byte) {
+func (s *session) noteCopy(f *reply, typ byte) {
 	if typ == 'G' || typ == 'W' {
-		s.copyIn = true
+		if !f.copyDone { // else the client already sent all of its data
+			s.copyIn = true
+		}
 	}
 }
 

@@ -38,7 +38,10 @@ type reply struct {
 	srv   string // server statement a Bind or Describe uses (retired when PostgreSQL reports it stale)
 	lazy  *stmt  // client statement answered lazily: forgotten when this message itself fails
 	desc  *stmt  // client statement a Describe is about (what it returns is recorded)
-	undo  func() // replyLocal: reverts the message's effect when it is skipped after an error
+	// copyDone: the client ended this statement's COPY (CopyDone or
+	// CopyFail) before lockpool relayed the server's CopyInResponse.
+	copyDone bool
+	undo     func() // replyLocal: reverts the message's effect when it is skipped after an error
 }
 
 // replyQueue holds, in the client's order, every reply the client is owed:
@@ -59,6 +62,14 @@ func (q *replyQueue) push(r reply) {
 	if r.kind != replyLocal {
 		q.server++
 	}
+}
+
+// back returns the last entry, or nil.
+func (q *replyQueue) back() *reply {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return &q.items[len(q.items)-1]
 }
 
 // len is the number of entries.

@@ -216,11 +216,18 @@ func (s *session) dispatch(typ byte, n int) error {
 		}
 		return s.forwardBody(typ, n)
 	case 'd', 'c', 'f':
-		if s.link.sc == nil || !s.copyIn {
-			return s.discard(n) // PostgreSQL ignores COPY messages outside COPY
+		if s.link.sc == nil {
+			return s.discard(n) // no COPY can be running: PostgreSQL would ignore them
 		}
+		// Forwarded even before the server's CopyInResponse was relayed (a
+		// client may send its data right after the COPY statement); the
+		// server ignores COPY messages outside COPY.
 		if typ != 'd' {
-			s.copyIn = false
+			if s.copyIn {
+				s.copyIn = false
+			} else if r := s.q.back(); r != nil && (r.kind == replyQuery || r.kind == replyExecute) {
+				r.copyDone = true // the COPY ends before its CopyInResponse is relayed
+			}
 		}
 		return s.forwardBody(typ, n)
 	}
