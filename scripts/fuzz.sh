@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz.sh runs every fuzz target of lockpool for FUZZTIME each (default
-# 100s: about 10 minutes for the six targets) and stops at the first
+# 100s: about 17 minutes for the ten targets) and stops at the first
 # failure. A failing input is saved under the package's testdata/fuzz/ and
 # becomes a regression seed that `go test` replays from then on.
 #
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t="${FUZZTIME:-100s}"
-for entry in "FuzzAnalyze ./rewrite" "FuzzParse ./config" "FuzzFrame ./proxy" "FuzzStartup ./proxy" "FuzzSession ./proxy" "FuzzRelay ./proxy"; do
+for entry in "FuzzAnalyze ./rewrite" "FuzzParse ./config" "FuzzFrame ./proxy" "FuzzStartup ./proxy" "FuzzSession ./proxy" "FuzzRelay ./proxy" "FuzzTxCommand ./proxy" "FuzzParseMessages ./internal/wire" "FuzzReadHeader ./internal/wire" "FuzzFromBody ./internal/pgerr"; do
 	read -r target pkg <<<"$entry"
 	echo "=== $target ($pkg) for $t"
 	go test -run='^$' -fuzz="^${target}\$" -fuzztime="$t" "$pkg"
