@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/pool"
@@ -214,7 +215,8 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 		switch typ {
 		case 'E':
 			if perr == nil {
-				perr = &pgError{Code: errorCode(body), Message: "lockpool: cannot apply connection parameters: " + errorMessage(body), Hint: "Check the parameters in the connection string."}
+				e := pgerr.FromBody(body)
+				perr = &pgError{Code: e.Code, Message: "lockpool: cannot apply connection parameters: " + e.Message, Hint: "Check the parameters in the connection string."}
 			}
 		case 'D':
 			// set_config returns each value as the server spells it: that is
@@ -323,7 +325,7 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 	err := readUntilReady(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
-			perr = errors.New(errorMessage(body))
+			perr = errors.New(pgerr.FromBody(body).Message)
 		case 'S':
 			k, rest, ok := wire.CString(body)
 			if ok {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/policy"
@@ -525,7 +526,8 @@ func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
 // longer matches its tables (PostgreSQL keeps failing it until it is
 // prepared again).
 func isStalePlan(body []byte) bool {
-	return errorCode(body) == "0A000" && strings.Contains(errorMessage(body), "cached plan must not change result type")
+	e := pgerr.FromBody(body)
+	return e.Code == pgerr.FeatureNotSupported && strings.Contains(e.Message, "cached plan must not change result type")
 }
 
 // retireStale handles a stale-plan error of the server statement srvName on

@@ -121,7 +121,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 	}
 	if typ == 'E' {
 		s.cout = wire.AppendFrame(s.cout, typ, body)
-		if sev := errorSeverity(body); sev == "FATAL" || sev == "PANIC" {
+		if endsConnection(body) {
 			s.sawFatal = true
 		}
 		switch f.kind {
@@ -542,7 +542,7 @@ func (s *session) watch(sc *pool.Conn, done chan struct{}) {
 					switch msg[0] {
 					case 'A', 'N', 'S', 'E':
 						if msg[0] == 'E' {
-							if sev := errorSeverity(msg[5:]); sev == "FATAL" || sev == "PANIC" {
+							if endsConnection(msg[5:]) {
 								fatal = true
 							}
 						}
@@ -616,7 +616,7 @@ func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 		case 'D':
 			row = append(row[:0], body...)
 		case 'E':
-			perr = errors.New("probe failed: " + errorMessage(body))
+			perr = errors.New("probe failed: " + pgerr.FromBody(body).Message)
 		}
 	})
 	if err != nil {
@@ -665,43 +665,11 @@ func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 	}
 }
 
-// errorField extracts one field of an ErrorResponse body.
-func errorField(body []byte, field byte) (string, bool) {
-	for len(body) > 0 && body[0] != 0 {
-		f := body[0]
-		v, rest, ok := wire.CString(body[1:])
-		if !ok {
-			break
-		}
-		if f == field {
-			return string(v), true
-		}
-		body = rest
-	}
-	return "", false
-}
-
-// errorMessage extracts the M field of an ErrorResponse body.
-func errorMessage(body []byte) string {
-	if m, ok := errorField(body, 'M'); ok {
-		return m
-	}
-	return "unknown error"
-}
-
-// errorCode extracts the C field of an ErrorResponse body.
-func errorCode(body []byte) string {
-	c, _ := errorField(body, 'C')
-	return c
-}
-
-// errorSeverity extracts the non-localized severity of an ErrorResponse.
-func errorSeverity(body []byte) string {
-	if v, ok := errorField(body, 'V'); ok {
-		return v
-	}
-	v, _ := errorField(body, 'S')
-	return v
+// endsConnection reports whether an ErrorResponse body is a FATAL (or
+// PANIC): the server closes the connection after it.
+func endsConnection(body []byte) bool {
+	sev := pgerr.FromBody(body).Severity
+	return sev == pgerr.SeverityFatal || sev == "PANIC"
 }
 
 // resetServer cleans a server connection whose session ended while it was

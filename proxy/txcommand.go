@@ -48,14 +48,15 @@ func txCommandOf(sql []byte) txCommand {
 
 // changesSchema reports whether some statement of sql starts with a word
 // that may change what a prepared statement returns (ALTER, CREATE, DROP,
-// …). It looks at the first word and the word after each semicolon; a
-// semicolon inside a string can only make it say yes wrongly, which costs a
-// re-preparation and nothing else.
+// IMPORT FOREIGN SCHEMA); statements that keep every table's columns
+// (TRUNCATE, COMMENT, REINDEX, …) start no new statement epoch. It looks at
+// the first word and the word after each semicolon; a semicolon inside a
+// string can only make it say yes wrongly, which costs a re-preparation and
+// nothing else.
 func changesSchema(sql []byte) bool {
 	for {
 		w, _ := nextWord(sql)
-		if wordIs(w, "alter") || wordIs(w, "create") || wordIs(w, "drop") || wordIs(w, "comment") ||
-			wordIs(w, "import") || wordIs(w, "reindex") || wordIs(w, "cluster") || wordIs(w, "truncate") {
+		if wordIs(w, "alter") || wordIs(w, "create") || wordIs(w, "drop") || wordIs(w, "import") {
 			return true
 		}
 		i := indexByte(sql, ';')

@@ -43,6 +43,8 @@ func TestChangesSchema(t *testing.T) {
 		{"SELECT created_at FROM t", false},
 		{"SELECT 'alter'", false},
 		{"UPDATE t SET a = 1", false},
+		{"TRUNCATE t", false},
+		{"IMPORT FOREIGN SCHEMA s FROM SERVER f INTO public", true},
 	}
 	for _, tt := range tests {
 		if got := changesSchema([]byte(tt.sql)); got != tt.want {
