@@ -703,6 +703,13 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 	return true, nil
 }
 
+// offload runs fn, which may wait on something other than this session's
+// own sockets: a pool or pin-slot wait, a lease or lock call on another
+// PostgreSQL connection, a dial. Every such wait goes through offload, so
+// that a session driven by an event loop never stalls the other sessions of
+// its loop (see doc.go).
+func (s *session) offload(fn func()) { fn() }
+
 // waitContext returns the context for a wait in lockpool (a connection, a
 // pin slot, a lease) that a CancelRequest ends; call endWait after.
 // The context is reused until a cancel request ends it, so a wait costs
