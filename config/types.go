@@ -17,6 +17,7 @@ type Config struct {
 	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (0 = off)
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01
 	MaxClientConnections   int           // max_client_connections: clients over all applications
+	EventLoops             int           // event_loops: loops running the sessions (0: GOMAXPROCS)
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/evloop"
 )
 
 // pgDial logs in to the server with pgconn and hijacks the socket.
@@ -42,6 +43,15 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 	if srv.TLS == "" || srv.TLS == "disable" {
 		cfg.TLSConfig = nil
 		cfg.Fallbacks = nil
+	}
+	// The socket is wrapped below TLS, so that an event loop can adopt it.
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return evloop.Wrap(nc), nil
 	}
 	cfg.RuntimeParams = map[string]string{}
 	cfg.ValidateConnect = nil

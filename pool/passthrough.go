@@ -20,7 +20,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/evloop"
 )
 
 // SCRAMKeys is the proof material of a SCRAM-SHA-256 secret: with it the
@@ -45,6 +47,8 @@ func scramDial(ctx context.Context, srv config.Server, app AppConfig, database s
 	if err != nil {
 		return nil, fmt.Errorf("pool: dial %s: %w", addr, err)
 	}
+	// Wrapped below TLS, so that an event loop can adopt the socket.
+	nc = evloop.Wrap(nc)
 	ok := false
 	defer func() {
 		if !ok {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/evloop"
 )
 
 // Errors returned by the Manager. Acquire and AcquirePin wrap them; test
@@ -318,6 +320,35 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 	}
 }
 
+// AcquireIdle is Acquire's fast path for callers that must not block (a
+// session on an event loop): an idle connection of (app, database) when one
+// can be had at once, with no waiter ahead of the caller; nil otherwise (the
+// caller then calls Acquire where it may wait or dial).
+func (m *Manager) AcquireIdle(app, database string) *Conn {
+	m.mu.Lock()
+	a := m.apps[app]
+	if m.closed || a == nil || a.removed || a.waiters.n > 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	c := a.popIdle(database)
+	if c == nil {
+		m.mu.Unlock()
+		return nil
+	}
+	c.state = stateInUse
+	a.inUse++
+	m.mu.Unlock()
+	a.am.observeWait(0)
+	if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.alive() {
+		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
+		m.Destroy(c)
+		return nil
+	}
+	c.idleSince = time.Time{}
+	return c
+}
+
 func (m *Manager) nextSeq() uint64 {
 	m.seq++
 	return m.seq
@@ -463,6 +494,9 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 		return nil, false, fmt.Errorf("pool: connecting for application %q to database %q: %w", cfg.Name, database, err)
 	}
 	if c.Reader == nil {
+		if _, isTLS := c.Net.(*tls.Conn); !isTLS {
+			c.Net = evloop.Wrap(c.Net) // an event loop can adopt it (a TLS conn was wrapped below TLS at dial)
+		}
 		c.Reader = newReader(c.Net)
 	}
 	if c.App == "" {

@@ -143,9 +143,11 @@ func (s *session) closeLeases() {
 	if s.lease == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s.lease.Close(ctx)
+	s.offload(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.lease.Close(ctx)
+	})
 }
 
 // onLeaseQuery answers a simple-protocol lease call, in its place in the
@@ -241,7 +243,10 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 		if pe != nil {
 			return nil, pe
 		}
-		tok, ok, err := ls.Acquire(ctx, name, ttl, wait)
+		var tok int64
+		var ok bool
+		var err error
+		s.offload(func() { tok, ok, err = ls.Acquire(ctx, name, ttl, wait) })
 		if err != nil {
 			return nil, leaseErr(ctx, err)
 		}
@@ -253,17 +258,21 @@ func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16
 	case "lease_renew", "lease_release":
 		var ok bool
 		var err error
-		if call.Func == "lease_renew" {
-			ok, err = ls.Renew(ctx, name)
-		} else {
-			ok, err = ls.Release(ctx, name)
-		}
+		s.offload(func() {
+			if call.Func == "lease_renew" {
+				ok, err = ls.Renew(ctx, name)
+			} else {
+				ok, err = ls.Release(ctx, name)
+			}
+		})
 		if err != nil {
 			return nil, leaseErr(ctx, err)
 		}
 		rows = [][]any{{ok}}
 	case "lease_list":
-		list, err := ls.List(ctx)
+		var list []LeaseRow
+		var err error
+		s.offload(func() { list, err = ls.List(ctx) })
 		if err != nil {
 			return nil, leaseErr(ctx, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/pool"
 )
 
@@ -46,16 +47,15 @@ var linkMoves = [...]uint8{
 }
 
 // serverLink is a session's hold on a server connection. The session
-// goroutine owns it and is the only writer; the fields other goroutines
-// read (state, sc, the pin) change under mu, so a cancel request or the
-// admin server sees a consistent view. While the link is watched, the
-// watcher goroutine reads the connection and the session goroutine does not
-// touch it until stopWatch returns.
+// coroutine owns it and is the only writer; the fields other goroutines
+// read (state, sc, the pin, the coroutine) change under mu, so a cancel
+// request, shutdown or the admin server sees a consistent view.
 type serverLink struct {
 	mu    sync.Mutex
 	state linkState
 	sc    *pool.Conn
 	st    *serverState
+	co    *evloop.Co // the session's coroutine, once it runs (kill interrupts it)
 
 	pinned      bool
 	pinReason   string
@@ -157,10 +157,10 @@ func (p *pinSlot) Release() {
 	}
 }
 
-// clientOut is the one road to the client's socket. The session goroutine
-// writes replies through it; the watcher (notifications while idle) and
-// shutdown (57P01) write through it too, so writes never interleave. Once a
-// FATAL went out nothing else does.
+// clientOut is the one road to the client's socket. The session coroutine
+// writes replies through it (and, before the coroutine runs, a kill writes
+// its FATAL through it), so writes never interleave. Once a FATAL went out
+// nothing else does.
 type clientOut struct {
 	mu     sync.Mutex
 	conn   net.Conn

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,9 +10,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
-
 	"github.com/lockpool/lockpool/pool"
 )
 
@@ -398,7 +399,7 @@ func (s *session) release() {
 	sc := s.link.detach()
 	s.asked = 0
 	if sc != nil {
-		s.srv.pool.Release(sc)
+		s.releaseServer(sc)
 	}
 }
 
@@ -469,6 +470,10 @@ func (s *session) setPinned(held bool, reason string) {
 // on a direct connection: nothing it sends after the loss runs. Otherwise the
 // loss is invisible.
 func (s *session) serverLost(err error) error {
+	var killed *pgError
+	if errors.As(err, &killed) {
+		return err // a kill interrupted the wait: its FATAL ends the session
+	}
 	sc := s.link.sc
 	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
 	wasPinned := s.pinned || s.slot != nil
@@ -481,7 +486,7 @@ func (s *session) serverLost(err error) error {
 	s.link.detach()
 	if sc != nil {
 		sc.Broken = true
-		s.srv.pool.Destroy(sc)
+		s.destroyServer(sc)
 	}
 	s.needProbe = false
 	s.setPinned(false, "")
@@ -507,88 +512,106 @@ func isConnError(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
-// startWatch hands the idle, pinned connection to a watcher goroutine that
-// relays what the server sends on its own (notifications, notices) and
-// notices the server's death while the client is silent.
-func (s *session) startWatch() error {
+// watchIdle waits for the idle, pinned (or session-mode) client's next
+// message while it relays what the server sends on its own (notifications,
+// notices, parameter changes) and notices the server's death: one wait in
+// the loop on both sockets.
+func (s *session) watchIdle() error {
 	if err := s.flushClient(); err != nil {
 		return err
+	}
+	sc := s.link.sc
+	srv := serverSock(sc)
+	if s.co == nil || srv == nil || !srv.Adopted() || !s.sock.Adopted() || s.r.Buffered() > 0 {
+		return nil // outside the loop (tests): the server is read at the next statement
 	}
 	if err := s.link.to(linkWatched); err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	s.watchDone = done
-	s.watchLost = false
-	go s.watch(s.link.sc, done)
+	for {
+		if sc.Reader.Buffered() == 0 {
+			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
+			if err != nil {
+				return err
+			}
+			if which == s.sock {
+				return s.link.to(linkAttached)
+			}
+		}
+		typ, n, err := wire.ReadHeader(sc.Reader)
+		var body []byte
+		if err == nil {
+			body, err = wire.ReadBody(sc.Reader, n, &s.srvScratch)
+		}
+		if err == nil {
+			switch typ {
+			case 'A', 'N', 'S', 'E':
+			default:
+				err = fmt.Errorf("%w: %q while idle", errServerProtocol, typ)
+			}
+		}
+		if err != nil {
+			// The server connection died while the client is idle and
+			// pinned: its locks are gone. End the session now, as
+			// PostgreSQL would.
+			return s.serverLost(err)
+		}
+		switch typ {
+		case 'E':
+			if endsConnection(body) {
+				s.sawFatal = true
+			}
+		case 'S':
+			s.onParameterStatus(body)
+		}
+		buf, start := wire.AppendHeader(s.cout, typ)
+		s.cout = wire.FinishMsg(append(buf, body...), start)
+		if err := s.flushClient(); err != nil {
+			return err
+		}
+	}
+}
+
+// serverSock returns the loop-adoptable socket below sc (nil: none, as for
+// the scripted servers of unit tests).
+func serverSock(sc *pool.Conn) *evloop.Conn {
+	switch c := sc.Net.(type) {
+	case *evloop.Conn:
+		return c
+	case *tls.Conn:
+		if e, ok := c.NetConn().(*evloop.Conn); ok {
+			return e
+		}
+	}
 	return nil
 }
 
-// watch runs on its own goroutine while the link is watched; it owns the
-// server connection until stopWatch.
-func (s *session) watch(sc *pool.Conn, done chan struct{}) {
-	defer close(done)
-	r := sc.Reader
-	var fatal bool
-	for {
-		hdr, err := r.Peek(5)
-		if err == nil {
-			n := int(uint32(hdr[1])<<24|uint32(hdr[2])<<16|uint32(hdr[3])<<8|uint32(hdr[4])) - 4
-			if n < 0 || n > r.Size()-5 {
-				err = errServerProtocol
-			} else {
-				var msg []byte
-				if msg, err = r.Peek(5 + n); err == nil {
-					switch msg[0] {
-					case 'A', 'N', 'S', 'E':
-						if msg[0] == 'E' {
-							if endsConnection(msg[5:]) {
-								fatal = true
-							}
-						}
-						if msg[0] == 'S' {
-							s.onParameterStatus(msg[5:])
-						}
-						werr := s.out.write(msg)
-						_, _ = r.Discard(5 + n)
-						if werr != nil {
-							return // the client is gone; the session goroutine cleans up
-						}
-						continue
-					default:
-						err = errServerProtocol
-					}
-				}
-			}
-		}
-		if isTimeout(err) {
-			return // stopWatch
-		}
-		// The server connection died while the client is idle and pinned:
-		// its locks are gone. End the session now, as PostgreSQL would.
-		s.watchLost = true
-		var pe *pgError
-		if !fatal {
-			pe = pgerr.ConnectionLost(true).Fatal()
-		}
-		s.out.end(nil, pe)
+// bindServer makes the session's coroutine the only user of sc's socket.
+func (s *session) bindServer(sc *pool.Conn) {
+	sock := serverSock(sc)
+	if sock == nil || s.co == nil {
 		return
+	}
+	if err := sock.Bind(s.co); err != nil {
+		s.srv.log.Debug("server socket stays outside the event loop", "pid", sc.PID, "err", err)
 	}
 }
 
-// stopWatch takes the connection back from the watcher.
-func (s *session) stopWatch() error {
-	sc, done := s.link.sc, s.watchDone
-	_ = sc.Net.SetReadDeadline(time.Unix(1, 0))
-	<-done
-	_ = sc.Net.SetReadDeadline(time.Time{})
-	s.watchDone = nil
-	if s.watchLost {
-		s.sawFatal = true
-		_ = s.serverLost(io.EOF)
-		return errSessionEnd
+// releaseServer gives sc back to the pool (after the unbinding that lets
+// another session's loop take it).
+func (s *session) releaseServer(sc *pool.Conn) {
+	if sock := serverSock(sc); sock != nil {
+		sock.Unbind()
 	}
-	return s.link.to(linkAttached)
+	s.srv.pool.Release(sc)
+}
+
+// destroyServer closes sc and frees its slot.
+func (s *session) destroyServer(sc *pool.Conn) {
+	if sock := serverSock(sc); sock != nil {
+		sock.Unbind()
+	}
+	s.srv.pool.Destroy(sc)
 }
 
 // probeSQL asks the server whether this backend still holds anything that

@@ -9,18 +9,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // clientBufSize is the read buffer a session borrows while its client
@@ -92,6 +94,11 @@ type Server struct {
 	baseCtx context.Context
 	cancel  context.CancelFunc
 	sweeper sync.WaitGroup
+
+	// loops run the sessions (started by Serve, stopped by Shutdown after
+	// the last session ended); nextLoop spreads new sessions over them.
+	loops    []*evloop.Loop
+	nextLoop atomic.Uint32
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -273,6 +280,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("proxy: shut down")
 	}
 	s.ln = ln
+	if s.loops == nil {
+		if err := s.startLoops(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
 	s.mu.Unlock()
 	s.startBackground()
 	var backoff time.Duration
@@ -315,6 +328,32 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.handleConn(c)
 		}()
 	}
+}
+
+// startLoops starts the event loops (event_loops; 0: one per GOMAXPROCS).
+func (s *Server) startLoops() error {
+	n := s.rc.Load().cfg.EventLoops
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	for i := 0; i < n; i++ {
+		l, err := evloop.New()
+		if err != nil {
+			for _, started := range s.loops {
+				started.Stop()
+			}
+			s.loops = nil
+			return fmt.Errorf("proxy: event loop: %w", err)
+		}
+		go l.Run()
+		s.loops = append(s.loops, l)
+	}
+	return nil
+}
+
+// pickLoop returns the loop for a new session (round robin).
+func (s *Server) pickLoop() *evloop.Loop {
+	return s.loops[int(s.nextLoop.Add(1))%len(s.loops)]
 }
 
 // register assigns the session its backend key and records it.
@@ -407,6 +446,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.leases.Close()
 	}
 	s.pool.Close()
+	s.mu.Lock()
+	loops := s.loops
+	s.mu.Unlock()
+	for _, l := range loops {
+		l.Stop()
+	}
 	close(s.done)
 	return nil
 }

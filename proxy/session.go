@@ -12,9 +12,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/lockpool/lockpool/internal/wire"
-
+	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
+	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 	"github.com/lockpool/lockpool/rewrite"
@@ -35,11 +35,13 @@ type stmt struct {
 var errSessionEnd = errors.New("session ended")
 
 // session is one logged-in client. Everything in it belongs to the session
-// goroutine, which reads the client, writes the server, and relays the
+// coroutine, which reads the client, writes the server, and relays the
 // server's replies; the few things other goroutines see live in link (the
 // server link, under its own lock) and out (the client socket).
 type session struct {
 	srv      *Server
+	co       *evloop.Co   // the coroutine running the session (nil before run)
+	sock     *evloop.Conn // the client's socket (below TLS, if any)
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
@@ -73,9 +75,7 @@ type session struct {
 	// before reaching a server: the client is in a failed transaction that
 	// only lockpool knows, until ROLLBACK.
 	localTx   byte
-	localExit bool          // localTx: the client prepared a transaction-ending statement
-	watchDone chan struct{} // the watcher's end, while the link is watched
-	watchLost bool          // the watcher saw the server connection die
+	localExit bool // localTx: the client prepared a transaction-ending statement
 
 	// Pins.
 	slot      *pinSlot // a pin slot held (taken before a statement that may lock, kept while pinned)
@@ -123,8 +123,19 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 	return s
 }
 
-// serve is the session goroutine: it reads client messages until the client
-// leaves, then cleans up.
+// run is the session's coroutine: it binds the client's socket to co (the
+// loop adopts it) and serves the client.
+func (s *session) run(co *evloop.Co, sock *evloop.Conn) {
+	s.link.mu.Lock()
+	s.co, s.sock, s.link.co = co, sock, co
+	if err := sock.Bind(co); err != nil {
+		s.srv.log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
+	}
+	s.link.mu.Unlock()
+	s.serve()
+}
+
+// serve reads client messages until the client leaves, then cleans up.
 func (s *session) serve() {
 	s.app.clients.Inc()
 	defer s.app.clients.Dec()
@@ -151,19 +162,13 @@ func (s *session) serve() {
 			}
 		}
 		typ, n, err := wire.ReadHeader(s.r)
-		if s.watchDone != nil {
-			if werr := s.stopWatch(); werr != nil {
-				s.end(werr)
-				return
-			}
-		}
 		if err != nil {
-			if isTimeout(err) && s.idleInTransaction() {
+			var pe *pgError
+			switch {
+			case isTimeout(err) && s.idleInTransaction():
 				s.end(pgerr.IdleInTransaction())
-				return
-			}
-			if errors.Is(err, wire.ErrProtocol) {
-				s.end(err)
+			case errors.Is(err, wire.ErrProtocol), errors.As(err, &pe):
+				s.end(err) // a protocol error, or a kill's FATAL
 			}
 			return
 		}
@@ -264,8 +269,8 @@ func (s *session) idleInTransaction() bool {
 }
 
 // idle prepares for a wait on the client: a pinned session's server is
-// watched meanwhile (notifications, its death), and a client idle inside a
-// transaction gets idle_transaction_timeout to speak.
+// watched meanwhile (notifications, its death: watchIdle), and a client
+// idle inside a transaction gets idle_transaction_timeout to speak.
 func (s *session) idle() error {
 	if s.link.sc == nil || s.q.len() > 0 || s.copyIn {
 		return nil
@@ -274,7 +279,7 @@ func (s *session) idle() error {
 		s.r.SetDeadline(time.Now().Add(s.idleTx))
 	}
 	if s.txStatus == 'I' && !s.unsynced && (s.pinned || s.app.sessionPool) {
-		return s.startWatch()
+		return s.watchIdle()
 	}
 	return nil
 }
@@ -300,17 +305,22 @@ func (s *session) attach() error {
 	if draining {
 		return errShutdown()
 	}
-	ctx := s.waitContext()
-	sc, err := s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
-	s.endWait()
-	if err != nil {
-		return err
+	sc := s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database)
+	if sc == nil {
+		var err error
+		ctx := s.waitContext()
+		s.offload(func() { sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database) })
+		s.endWait()
+		if err != nil {
+			return err
+		}
 	}
+	s.bindServer(sc)
 	sc.LastClient = s.remote
 	st := stateOf(sc)
 	ps, err := s.syncParams(sc, st)
 	if err != nil {
-		s.srv.pool.Destroy(sc)
+		s.destroyServer(sc)
 		var pe *pgError
 		if errors.As(err, &pe) {
 			pe.Severity = "FATAL"
@@ -319,7 +329,7 @@ func (s *session) attach() error {
 		return err
 	}
 	if err := s.link.attach(sc, st); err != nil {
-		s.srv.pool.Release(sc)
+		s.releaseServer(sc)
 		return err
 	}
 	s.unnamedHere = false
@@ -677,7 +687,8 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 	case policy.PinFirst:
 		if s.slot == nil {
 			ctx := s.waitContext()
-			err := s.srv.pool.AcquirePin(ctx, s.app.cfg.Name)
+			var err error
+			s.offload(func() { err = s.srv.pool.AcquirePin(ctx, s.app.cfg.Name) })
 			s.endWait()
 			if err != nil {
 				var pe *pgError
@@ -708,7 +719,13 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 // PostgreSQL connection, a dial. Every such wait goes through offload, so
 // that a session driven by an event loop never stalls the other sessions of
 // its loop (see doc.go).
-func (s *session) offload(fn func()) { fn() }
+func (s *session) offload(fn func()) {
+	if s.co == nil {
+		fn()
+		return
+	}
+	s.co.Offload(fn)
+}
 
 // waitContext returns the context for a wait in lockpool (a connection, a
 // pin slot, a lease) that a CancelRequest ends; call endWait after.
@@ -850,18 +867,25 @@ func (s *session) drain() {
 	}
 }
 
-// kill sends a FATAL error and closes the client connection (from another
-// goroutine); the session goroutine then ends and cleans up.
+// kill ends the session with a FATAL error (from another goroutine). A
+// running session's coroutine is interrupted in its loop: its current (or
+// next) socket wait returns pe, and the coroutine writes it last and cleans
+// up. Before the coroutine runs, the FATAL is written here.
 func (s *session) kill(pe *pgError) {
-	s.out.end(nil, pe)
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	co := s.link.co
+	if co == nil {
+		s.out.end(nil, pe)
+		return
+	}
+	fatal := pe.Fatal()
+	co.Loop().Post(func() { co.Interrupt(fatal) })
 }
 
 // cleanup runs when the session goroutine ends, however it ends.
 func (s *session) cleanup() {
 	s.srv.unregister(s)
-	if s.watchDone != nil {
-		_ = s.stopWatch()
-	}
 	s.link.mu.Lock()
 	if s.link.waitStop != nil {
 		s.link.waitStop()
@@ -870,7 +894,7 @@ func (s *session) cleanup() {
 	s.link.mu.Unlock()
 	sc := s.link.sc
 	lost := s.link.state == linkLost
-	clean := !lost && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal && !s.watchLost
+	clean := !lost && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal
 	busy := s.q.server > 0 || s.unsynced
 	_ = s.link.to(linkClosing)
 	s.link.detach()
@@ -878,22 +902,24 @@ func (s *session) cleanup() {
 		switch {
 		case clean && (s.pinned || s.app.sessionPool || s.slot != nil):
 			if s.resetServer(sc) {
-				s.srv.pool.Release(sc)
+				s.releaseServer(sc)
 			} else {
-				s.srv.pool.Destroy(sc)
+				s.destroyServer(sc)
 			}
 		case clean:
-			s.srv.pool.Release(sc)
+			s.releaseServer(sc)
 		case busy && !lost:
 			// A statement may still run (a lock wait, say): cancel it so
 			// the backend notices its client is gone and ends now, not
 			// when the statement would have finished.
-			ctx, cancel := context.WithTimeout(s.srv.baseCtx, 2*time.Second)
-			_ = s.srv.pool.Cancel(ctx, sc)
-			cancel()
-			s.srv.pool.Destroy(sc)
+			s.offload(func() {
+				ctx, cancel := context.WithTimeout(s.srv.baseCtx, 2*time.Second)
+				_ = s.srv.pool.Cancel(ctx, sc)
+				cancel()
+			})
+			s.destroyServer(sc)
 		default:
-			s.srv.pool.Destroy(sc)
+			s.destroyServer(sc)
 		}
 	}
 	s.setPinned(false, "")

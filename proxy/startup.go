@@ -13,11 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/wire"
-
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/lockpool/lockpool/auth"
+	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
 )
 
@@ -49,6 +50,8 @@ func (s *Server) handleConn(nc net.Conn) {
 		_ = tc.SetNoDelay(true)
 		_ = tc.SetKeepAlive(true)
 	}
+	// Wrapped below TLS: the session's loop adopts the socket after login.
+	nc = evloop.Wrap(nc)
 	rc := s.rc.Load()
 	login := rc.cfg.ClientLoginTimeout
 	if login > 0 {
@@ -85,15 +88,19 @@ func (s *Server) handleConn(nc net.Conn) {
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	// Serve on a fresh goroutine: login (SCRAM, TLS) grew this one's stack,
-	// and an idle session should cost a small stack, not that one.
+	// The session runs as a coroutine of an event loop, on a fresh stack
+	// (login, SCRAM and TLS grew this goroutine's).
 	handedOff = true
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer nc.Close()
-		ss.serve()
-	}()
+	l := s.pickLoop()
+	sock := nc.(*evloop.Conn)
+	l.Post(func() {
+		l.Go(func(co *evloop.Co) {
+			defer s.wg.Done()
+			defer nc.Close()
+			ss.run(co, sock)
+		})
+	})
 }
 
 var errCancelHandled = errors.New("cancel request handled")

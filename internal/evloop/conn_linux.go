@@ -1,0 +1,391 @@
+//go:build linux
+
+package evloop
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is a connection that a loop can adopt. Until then it is the Go
+// connection it wraps; after, it reads and writes its own non-blocking
+// descriptor: through its coroutine's loop while bound (Bind), in poll(2)
+// while not.
+type Conn struct {
+	inner net.Conn // the Go connection until adoption; nil after
+	fd    int      // the adopted descriptor (-1 before)
+	home  *Loop    // the loop whose epoll holds fd
+	owner *Co      // the coroutine the connection is bound to
+
+	laddr, raddr net.Addr
+	rdl, wdl     time.Time
+	closed       atomic.Bool
+}
+
+// Wrap returns nc as a Conn a loop can adopt later.
+func Wrap(nc net.Conn) *Conn {
+	if c, ok := nc.(*Conn); ok {
+		return c
+	}
+	return &Conn{inner: nc, fd: -1, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr()}
+}
+
+// Bind adopts c into co's loop (once) and makes co its only user: its
+// reads and writes then yield to the loop when the socket is not ready.
+// A connection that has no descriptor stays a Go connection and Bind
+// returns an error; using it still works (a blocking wait stalls the loop).
+func (c *Conn) Bind(co *Co) error {
+	if c.fd < 0 {
+		if err := c.adopt(); err != nil {
+			return err
+		}
+	}
+	if err := c.homeOn(co.loop); err != nil {
+		return err
+	}
+	c.owner = co
+	return nil
+}
+
+// Unbind ends the binding: c may go to another goroutine or coroutine.
+func (c *Conn) Unbind() { c.owner = nil }
+
+// Adopted reports whether c reads and writes its own descriptor.
+func (c *Conn) Adopted() bool { return c.fd >= 0 }
+
+// adopt takes the descriptor out of the Go connection: a duplicate is kept
+// and the Go connection closed, which removes it from the runtime's
+// netpoller. The duplicate shares the (non-blocking) open file description.
+func (c *Conn) adopt() error {
+	sc, ok := c.inner.(syscall.Conn)
+	if !ok {
+		return errNotSocket
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return err
+	}
+	if derr != nil {
+		return os.NewSyscallError("fcntl", derr)
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		_ = unix.Close(nfd)
+		return os.NewSyscallError("fcntl", err)
+	}
+	_ = c.inner.Close()
+	c.inner = nil
+	c.fd = nfd
+	return nil
+}
+
+// homeOn moves c's descriptor into l's epoll.
+func (c *Conn) homeOn(l *Loop) error {
+	if c.home == l {
+		return nil
+	}
+	if c.home != nil {
+		_ = unix.EpollCtl(c.home.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		c.home = nil
+	}
+	ev := unix.EpollEvent{Events: pollEvents, Fd: int32(c.fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	c.home = l
+	s := l.slot(c.fd)
+	s.ready, s.waiter = readable|writable, nil
+	return nil
+}
+
+func (c *Conn) opError(op string, err error) error {
+	if err == io.EOF {
+		return err
+	}
+	return &net.OpError{Op: op, Net: c.network(), Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+func (c *Conn) network() string {
+	if c.raddr != nil {
+		return c.raddr.Network()
+	}
+	return "tcp"
+}
+
+// Read implements net.Conn.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.inner != nil {
+		return c.inner.Read(p)
+	}
+	if c.closed.Load() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	co := c.owner
+	if co == nil {
+		return c.pollRead(p)
+	}
+	s := co.loop.slot(c.fd)
+	for {
+		if s.ready&readable != 0 {
+			n, err := unix.Read(c.fd, p)
+			switch {
+			case err == nil && n > 0:
+				if n < len(p) {
+					s.ready &^= readable
+				}
+				return n, nil
+			case err == nil:
+				return 0, io.EOF
+			case err == unix.EAGAIN:
+				s.ready &^= readable
+			case err == unix.EINTR:
+				continue
+			default:
+				return 0, c.opError("read", os.NewSyscallError("read", err))
+			}
+		}
+		if err := co.wait(c, readable, nil, 0, c.rdl); err != nil {
+			return 0, c.opError("read", err)
+		}
+		s = co.loop.slot(c.fd)
+	}
+}
+
+// Write implements net.Conn.
+func (c *Conn) Write(p []byte) (int, error) {
+	if c.inner != nil {
+		return c.inner.Write(p)
+	}
+	if c.closed.Load() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	co := c.owner
+	if co == nil {
+		return c.pollWrite(p)
+	}
+	done := 0
+	s := co.loop.slot(c.fd)
+	for done < len(p) {
+		if s.ready&writable != 0 {
+			n, err := unix.Write(c.fd, p[done:])
+			switch {
+			case n > 0:
+				done += n
+				if done < len(p) {
+					s.ready &^= writable
+				}
+				continue
+			case err == unix.EAGAIN:
+				s.ready &^= writable
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return done, c.opError("write", os.NewSyscallError("write", err))
+			}
+		}
+		if err := co.wait(c, writable, nil, 0, c.wdl); err != nil {
+			return done, c.opError("write", err)
+		}
+		s = co.loop.slot(c.fd)
+	}
+	return done, nil
+}
+
+// peekReadable reports whether c has a byte to read or its end to report,
+// without consuming anything: an assumed readiness is checked with a
+// non-blocking peek and cleared when it was wrong.
+func (c *Conn) peekReadable(co *Co) bool {
+	s := co.loop.slot(c.fd)
+	if s.ready&readable == 0 {
+		return false
+	}
+	var b [1]byte
+	for {
+		_, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			s.ready &^= readable
+			return false
+		}
+		return true // a byte, the end, or an error a read reports
+	}
+}
+
+// pollRead reads an unbound adopted connection, waiting in poll(2).
+func (c *Conn) pollRead(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(c.fd, p)
+		switch {
+		case err == nil && n > 0:
+			return n, nil
+		case err == nil:
+			return 0, io.EOF
+		case err == unix.EINTR:
+			continue
+		case err != unix.EAGAIN:
+			return 0, c.opError("read", os.NewSyscallError("read", err))
+		}
+		if err := pollWait(c.fd, unix.POLLIN, c.rdl); err != nil {
+			return 0, c.opError("read", err)
+		}
+	}
+}
+
+// pollWrite writes an unbound adopted connection, waiting in poll(2).
+func (c *Conn) pollWrite(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := unix.Write(c.fd, p[done:])
+		switch {
+		case n > 0:
+			done += n
+			continue
+		case err == unix.EINTR:
+			continue
+		case err != nil && err != unix.EAGAIN:
+			return done, c.opError("write", os.NewSyscallError("write", err))
+		}
+		if err := pollWait(c.fd, unix.POLLOUT, c.wdl); err != nil {
+			return done, c.opError("write", err)
+		}
+	}
+	return done, nil
+}
+
+// pollWait waits in poll(2) until fd is ready for events or the deadline.
+func pollWait(fd int, events int16, deadline time.Time) error {
+	for {
+		ms := -1
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			ms = int((d + time.Millisecond - 1) / time.Millisecond)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		n, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return os.NewSyscallError("poll", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+}
+
+// Close implements net.Conn. The descriptor is closed at once (which takes
+// it out of its loop's epoll); only the connection's user may close it.
+func (c *Conn) Close() error {
+	if c.inner != nil {
+		return c.inner.Close()
+	}
+	if c.closed.Swap(true) {
+		return c.opError("close", net.ErrClosed)
+	}
+	c.owner, c.home = nil, nil
+	return unix.Close(c.fd)
+}
+
+// LocalAddr implements net.Conn.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr implements net.Conn.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline implements net.Conn.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.inner != nil {
+		return c.inner.SetDeadline(t)
+	}
+	c.rdl, c.wdl = t, t
+	return nil
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.inner != nil {
+		return c.inner.SetReadDeadline(t)
+	}
+	c.rdl = t
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.inner != nil {
+		return c.inner.SetWriteDeadline(t)
+	}
+	c.wdl = t
+	return nil
+}
+
+// SyscallConn implements syscall.Conn (a non-blocking peek, socket options).
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if c.inner != nil {
+		if sc, ok := c.inner.(syscall.Conn); ok {
+			return sc.SyscallConn()
+		}
+		return nil, errNotSocket
+	}
+	return rawConn{c}, nil
+}
+
+// rawConn gives an adopted descriptor to syscall-level code.
+type rawConn struct{ c *Conn }
+
+func (r rawConn) Control(f func(fd uintptr)) error {
+	if r.c.closed.Load() {
+		return net.ErrClosed
+	}
+	f(uintptr(r.c.fd))
+	return nil
+}
+
+func (r rawConn) Read(f func(fd uintptr) bool) error {
+	for {
+		if r.c.closed.Load() {
+			return net.ErrClosed
+		}
+		if f(uintptr(r.c.fd)) {
+			return nil
+		}
+		if err := pollWait(r.c.fd, unix.POLLIN, r.c.rdl); err != nil {
+			return err
+		}
+	}
+}
+
+func (r rawConn) Write(f func(fd uintptr) bool) error {
+	for {
+		if r.c.closed.Load() {
+			return net.ErrClosed
+		}
+		if f(uintptr(r.c.fd)) {
+			return nil
+		}
+		if err := pollWait(r.c.fd, unix.POLLOUT, r.c.wdl); err != nil {
+			return err
+		}
+	}
+}

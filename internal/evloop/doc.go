@@ -1,0 +1,39 @@
+// Package evloop runs many connections' conversations on a few event loops,
+// so that the steady state of a session needs no thread hand-off per
+// message.
+//
+// # What it owns
+//
+//   - Loop: one epoll instance, the goroutine that waits on it, and the
+//     coroutines it drives. While it has nothing to do the loop goroutine
+//     parks in Go's own netpoller (the epoll descriptor is registered there
+//     like a socket), so an idle loop costs no thread and no sysmon retake,
+//     and a busy loop reads and writes in place, as PgBouncer's single
+//     epoll loop does.
+//   - Co: a coroutine (iter.Pull) that runs one session's code in the
+//     plain blocking style. A read or write that would block yields to the
+//     loop; the loop resumes the coroutine when epoll says the socket is
+//     ready. Switching between the loop and a coroutine is a direct
+//     goroutine switch on the same thread, not a scheduler wake-up.
+//   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
+//     handshake, dial) and is adopted by a loop: its descriptor is taken out
+//     of Go's netpoller and put in the loop's epoll. TLS and buffered
+//     readers above it keep working, because they only see the Conn.
+//
+// # Rules
+//
+//   - A loop's state (its descriptor table, timers, the coroutines) is
+//     touched only by the loop goroutine and the coroutine it is running.
+//     Other goroutines reach a loop only through Post.
+//   - An adopted Conn bound to a coroutine (Bind) is used only by that
+//     coroutine: its Read and Write yield when the socket is not ready. An
+//     adopted Conn bound to no coroutine (an idle pooled server connection)
+//     may be used by any goroutine; its Read and Write then wait in poll(2).
+//   - A coroutine never waits on anything but its sockets inside the loop:
+//     a wait for a pool, a lock, a timer or another goroutine goes through
+//     Co.Offload, which runs it on a goroutine of its own while the
+//     coroutine is suspended and the loop serves others.
+//   - Readiness is edge-triggered. A socket is assumed ready until a
+//     syscall on it returns EAGAIN or a short count; epoll reports the next
+//     edge. A spurious wake-up only costs one syscall that returns EAGAIN.
+package evloop

@@ -1,0 +1,288 @@
+//go:build linux
+
+package evloop
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+func startLoop(t *testing.T) *Loop {
+	t.Helper()
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go l.Run()
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// pair returns a connected TCP pair: the server side wrapped for a loop.
+func pair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return Wrap(sc), cc
+}
+
+// run starts fn as a coroutine of l and returns a channel closed when fn returns.
+func run(l *Loop, fn func(co *Co)) chan struct{} {
+	done := make(chan struct{})
+	l.Post(func() {
+		l.Go(func(co *Co) {
+			defer close(done)
+			fn(co)
+		})
+	})
+	return done
+}
+
+func TestEchoManyCoroutines(t *testing.T) {
+	loops := []*Loop{startLoop(t), startLoop(t)}
+	const clients, rounds = 40, 200
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		c, peer := pair(t)
+		l := loops[i%2]
+		run(l, func(co *Co) {
+			if err := c.Bind(co); err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 64)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					if err != io.EOF {
+						t.Error(err)
+					}
+					return
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer peer.Close()
+			buf := make([]byte, 64)
+			for r := 0; r < rounds; r++ {
+				msg := fmt.Sprintf("client %d round %d", i, r)
+				if _, err := peer.Write([]byte(msg)); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(peer, buf[:len(msg)]); err != nil {
+					t.Error(err)
+					return
+				}
+				if string(buf[:len(msg)]) != msg {
+					t.Errorf("echo %q, want %q", buf[:len(msg)], msg)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+func TestLargeWriteWaitsForReader(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB: more than the socket buffers
+	errc := make(chan error, 1)
+	run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			errc <- err
+			return
+		}
+		_, err := c.Write(want)
+		c.Close()
+		errc <- err
+	})
+	got, err := io.ReadAll(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want %d (equal prefix: %v)", len(got), len(want), bytes.HasPrefix(want, got))
+	}
+}
+
+func TestReadDeadline(t *testing.T) {
+	l := startLoop(t)
+	c, _ := pair(t)
+	errc := make(chan error, 1)
+	start := time.Now()
+	run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			errc <- err
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		errc <- err
+	})
+	err := <-errc
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: %v, want a deadline error", err)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read error %v is not a net.Error timeout", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("deadline fired after %v", d)
+	}
+}
+
+func TestInterruptEndsWait(t *testing.T) {
+	l := startLoop(t)
+	c, _ := pair(t)
+	stop := errors.New("stop")
+	coc := make(chan *Co, 1)
+	errc := make(chan error, 1)
+	run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			errc <- err
+			return
+		}
+		coc <- co
+		_, err := c.Read(make([]byte, 1))
+		errc <- err
+	})
+	co := <-coc
+	l.Post(func() { co.Interrupt(stop) })
+	if err := <-errc; !errors.Is(err, stop) {
+		t.Fatalf("read: %v, want the interrupt", err)
+	}
+}
+
+func TestOffloadKeepsLoopServing(t *testing.T) {
+	l := startLoop(t)
+	release := make(chan struct{})
+	offloaded := run(l, func(co *Co) {
+		co.Offload(func() { <-release })
+	})
+	// Another coroutine on the same loop runs while the first one waits.
+	c, peer := pair(t)
+	echoed := run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Error(err)
+			return
+		}
+		_, _ = c.Write(b)
+	})
+	if _, err := peer.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(peer, b); err != nil || string(b) != "ping" {
+		t.Fatalf("echo %q, %v", b, err)
+	}
+	<-echoed
+	close(release)
+	<-offloaded
+}
+
+func TestConnMovesBetweenLoopsAndPoll(t *testing.T) {
+	a, b := startLoop(t), startLoop(t)
+	c, peer := pair(t)
+	go func() {
+		buf := make([]byte, 1)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+			if _, err := peer.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	roundTrip := func(co *Co, ch byte) error {
+		if co != nil {
+			if err := c.Bind(co); err != nil {
+				return err
+			}
+			defer c.Unbind()
+		}
+		if _, err := c.Write([]byte{ch}); err != nil {
+			return err
+		}
+		got := make([]byte, 1)
+		if _, err := io.ReadFull(c, got); err != nil {
+			return err
+		}
+		if got[0] != ch {
+			return fmt.Errorf("got %q, want %q", got[0], ch)
+		}
+		return nil
+	}
+	for i, l := range []*Loop{a, b, a, nil, b} {
+		errc := make(chan error, 1)
+		if l == nil {
+			errc <- roundTrip(nil, byte('0'+i)) // unbound: poll(2)
+		} else {
+			run(l, func(co *Co) { errc <- roundTrip(co, byte('0'+i)) })
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	c.Close()
+}
+
+func TestWaitReadableEither(t *testing.T) {
+	l := startLoop(t)
+	c1, p1 := pair(t)
+	c2, p2 := pair(t)
+	got := make(chan *Conn, 1)
+	run(l, func(co *Co) {
+		_ = c1.Bind(co)
+		_ = c2.Bind(co)
+		r, err := co.WaitReadable(c1, c2, time.Time{})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	})
+	_ = p1
+	if _, err := p2.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != c2 {
+		t.Fatalf("WaitReadable returned %p, want the second connection %p", r, c2)
+	}
+}
