@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"sync"
 	"time"
 
@@ -137,6 +138,7 @@ type waiter struct {
 	app        *appPool
 	db         string
 	ch         chan grant // buffered 1; sent under the lock when dequeued
+	parker     Parker     // when not nil, woken (Unpark) after the send
 	prev, next *waiter
 	queued     bool
 }
@@ -273,6 +275,25 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 // errors.As) and its slot is freed. Dial time is bounded by ctx and
 // server.connect_timeout, not by WaitTimeout.
 func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, error) {
+	return m.AcquireParked(ctx, app, database, nil)
+}
+
+// Parker lets Acquire wait without blocking a thread: an event loop's
+// coroutine parks in its loop and is unparked when a connection is granted.
+type Parker interface {
+	// Park suspends the caller until Unpark, the deadline (zero: none) or
+	// an interruption (an error); it may also return nil spuriously.
+	Park(deadline time.Time) error
+	// Unpark ends a Park, from any goroutine. It must not block: the pool
+	// calls it under its lock.
+	Unpark()
+	// Offload runs fn (a dial) where it may block.
+	Offload(fn func())
+}
+
+// AcquireParked is Acquire for a caller that waits through p (nil: an
+// ordinary blocking wait). A dial runs through p.Offload.
+func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Parker) (*Conn, error) {
 	var waited time.Duration
 	for {
 		m.mu.Lock()
@@ -294,7 +315,7 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 			m.mu.Unlock()
 			a.am.observeWait(waited)
 		} else {
-			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1)}
+			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), parker: p}
 			a.waiters.push(w)
 			m.waiting++
 			timeout := a.cfg.WaitTimeout
@@ -312,7 +333,14 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 				return nil, err
 			}
 		}
-		c, retry, err := m.useGrant(ctx, a, database, g)
+		var c *Conn
+		var retry bool
+		var err error
+		if g.dial && p != nil {
+			p.Offload(func() { c, retry, err = m.useGrant(ctx, a, database, g) })
+		} else {
+			c, retry, err = m.useGrant(ctx, a, database, g)
+		}
 		if retry {
 			continue
 		}
@@ -357,16 +385,24 @@ func (m *Manager) nextSeq() uint64 {
 // wait blocks until w is granted, ctx ends or the timeout fires. On
 // timeout/cancel the waiter is removed; a grant that raced in is given back.
 func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (grant, error) {
-	timerC, stop := timeoutChan(timeout)
-	defer stop()
 	var err error
-	select {
-	case g := <-w.ch:
+	if w.parker != nil {
+		err = m.park(ctx, w, timeout)
+	} else {
+		timerC, stop := timeoutChan(timeout)
+		defer stop()
+		select {
+		case g := <-w.ch:
+			return g, g.err
+		case <-ctx.Done():
+			err = fmt.Errorf("pool: waiting for a server connection: %w", ctx.Err())
+		case <-timerC:
+			err = ErrWaitTimeout
+		}
+	}
+	if err == nil {
+		g := <-w.ch // park saw it sent
 		return g, g.err
-	case <-ctx.Done():
-		err = fmt.Errorf("pool: waiting for a server connection: %w", ctx.Err())
-	case <-timerC:
-		err = ErrWaitTimeout
 	}
 	m.mu.Lock()
 	if w.queued {
@@ -378,6 +414,34 @@ func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (g
 	m.mu.Unlock()
 	m.giveBack(w.app, <-w.ch) // dequeued under the lock together with the send
 	return grant{}, err
+}
+
+// park waits through w.parker until w is granted (nil), ctx ends or the
+// timeout passes.
+func (m *Manager) park(ctx context.Context, w *waiter, timeout time.Duration) error {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	stop := context.AfterFunc(ctx, w.parker.Unpark)
+	defer stop()
+	for {
+		if len(w.ch) > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pool: waiting for a server connection: %w", err)
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return ErrWaitTimeout
+		}
+		if err := w.parker.Park(deadline); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // the deadline check above says which
+			}
+			return err
+		}
+	}
 }
 
 // giveBack returns a grant a waiter no longer wants.
@@ -660,6 +724,9 @@ func (m *Manager) grantLocked(w *waiter, g grant) {
 	w.app.waiters.remove(w)
 	m.waiting--
 	w.ch <- g
+	if w.parker != nil {
+		w.parker.Unpark()
+	}
 }
 
 // ---------------------------------------------------------------- Release / Destroy

@@ -177,7 +177,13 @@ func (c *clientOut) write(b []byte) error {
 	if c.closed {
 		return net.ErrClosed
 	}
-	if _, err := c.conn.Write(b); err != nil {
+	var err error
+	if d, ok := c.conn.(*evloop.Conn); ok {
+		_, err = d.WriteDeferred(b) // written with the loop turn's other replies
+	} else {
+		_, err = c.conn.Write(b)
+	}
+	if err != nil {
 		c.closed = true
 		_ = c.conn.Close()
 		return err

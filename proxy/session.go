@@ -309,7 +309,11 @@ func (s *session) attach() error {
 	if sc == nil {
 		var err error
 		ctx := s.waitContext()
-		s.offload(func() { sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database) })
+		if s.co != nil {
+			sc, err = s.srv.pool.AcquireParked(ctx, s.app.cfg.Name, s.database, s.co)
+		} else {
+			sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
+		}
 		s.endWait()
 		if err != nil {
 			return err

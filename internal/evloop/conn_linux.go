@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +27,12 @@ type Conn struct {
 	laddr, raddr net.Addr
 	rdl, wdl     time.Time
 	closed       atomic.Bool
+
+	// Deferred writes (WriteDeferred): bytes the loop writes at the end of
+	// its turn; werr is the error such a write met, for the next Write.
+	wbuf   []byte
+	queued bool
+	werr   error
 }
 
 // Wrap returns nc as a Conn a loop can adopt later.
@@ -142,7 +149,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	s := co.loop.slot(c.fd)
 	for {
 		if s.ready&readable != 0 {
-			n, err := unix.Read(c.fd, p)
+			n, err := rawRead(c.fd, p)
 			switch {
 			case err == nil && n > 0:
 				if n < len(p) {
@@ -166,6 +173,65 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
+// maxDeferred bounds the bytes WriteDeferred keeps for the loop.
+const maxDeferred = 64 << 10
+
+// WriteDeferred queues p for the loop to write at the end of its turn,
+// together with the other replies of that turn, just before it waits again
+// (the peers it wakes then do not preempt a loop that still has work). It
+// is for the bound coroutine; bytes are written in order with Write's. A
+// connection outside a loop, or a large write, is written now.
+func (c *Conn) WriteDeferred(p []byte) (int, error) {
+	co := c.owner
+	if co == nil || c.inner != nil || len(c.wbuf)+len(p) > maxDeferred {
+		return c.Write(p)
+	}
+	if c.closed.Load() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	if err := c.werr; err != nil {
+		return 0, err
+	}
+	c.wbuf = append(c.wbuf, p...)
+	if !c.queued {
+		c.queued = true
+		co.loop.flushq = append(co.loop.flushq, c)
+	}
+	return len(p), nil
+}
+
+// flushDeferred writes what WriteDeferred queued, on the loop goroutine,
+// without waiting. What the socket does not take now is written when epoll
+// says it is writable (or by the owner's next Write).
+func (c *Conn) flushDeferred(l *Loop) {
+	c.queued = false
+	if len(c.wbuf) == 0 || c.closed.Load() || c.werr != nil || c.home != l {
+		return
+	}
+	s := l.slot(c.fd)
+	for len(c.wbuf) > 0 {
+		n, err := rawWrite(c.fd, c.wbuf)
+		switch {
+		case n > 0:
+			c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[n:])]
+			continue
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			s.ready &^= writable
+			s.flush = c
+			return
+		default:
+			c.werr = c.opError("write", os.NewSyscallError("write", err))
+			c.wbuf = c.wbuf[:0]
+			return
+		}
+	}
+	if cap(c.wbuf) > 4<<10 {
+		c.wbuf = nil
+	}
+}
+
 // Write implements net.Conn.
 func (c *Conn) Write(p []byte) (int, error) {
 	if c.inner != nil {
@@ -174,15 +240,31 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if c.closed.Load() {
 		return 0, c.opError("write", net.ErrClosed)
 	}
+	if err := c.werr; err != nil {
+		return 0, err
+	}
 	co := c.owner
 	if co == nil {
 		return c.pollWrite(p)
 	}
+	if len(c.wbuf) > 0 {
+		// Deferred bytes go first.
+		pending := c.wbuf
+		c.wbuf = nil
+		if _, err := c.writeNow(co, pending); err != nil {
+			return 0, err
+		}
+	}
+	return c.writeNow(co, p)
+}
+
+// writeNow writes p through co's loop.
+func (c *Conn) writeNow(co *Co, p []byte) (int, error) {
 	done := 0
 	s := co.loop.slot(c.fd)
 	for done < len(p) {
 		if s.ready&writable != 0 {
-			n, err := unix.Write(c.fd, p[done:])
+			n, err := rawWrite(c.fd, p[done:])
 			switch {
 			case n > 0:
 				done += n
@@ -226,6 +308,26 @@ func (c *Conn) peekReadable(co *Co) bool {
 		}
 		return true // a byte, the end, or an error a read reports
 	}
+}
+
+// rawRead and rawWrite are read(2) and write(2) on a non-blocking
+// descriptor, without the runtime's syscall bookkeeping: they cannot block,
+// so the thread keeps its P and sysmon is not woken (entersyscall wakes a
+// sleeping sysmon, one thread wake-up per idle-to-busy turn otherwise).
+func rawRead(fd int, p []byte) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func rawWrite(fd int, p []byte) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // pollRead reads an unbound adopted connection, waiting in poll(2).
@@ -299,6 +401,15 @@ func pollWait(fd int, events int16, deadline time.Time) error {
 func (c *Conn) Close() error {
 	if c.inner != nil {
 		return c.inner.Close()
+	}
+	if co := c.owner; co != nil && len(c.wbuf) > 0 && c.werr == nil && !c.closed.Load() {
+		// Deferred replies are not dropped by a close right behind them.
+		if c.wdl.IsZero() {
+			c.wdl = time.Now().Add(time.Second)
+		}
+		pending := c.wbuf
+		c.wbuf = nil
+		_, _ = c.writeNow(co, pending)
 	}
 	if c.closed.Swap(true) {
 		return c.opError("close", net.ErrClosed)

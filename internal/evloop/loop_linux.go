@@ -3,14 +3,13 @@
 package evloop
 
 import (
-	"container/heap"
 	"errors"
 	"iter"
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,11 +24,6 @@ const (
 // pollEvents is what every adopted descriptor is registered for.
 const pollEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
 
-// deadlineGrain rounds the loop's wake-up deadline up, so that the runtime
-// timer behind it changes at most a few hundred times a second however many
-// coroutines wait with deadlines.
-const deadlineGrain = 4 * time.Millisecond
-
 // ErrStopped is returned by a wait of a coroutine whose loop stopped.
 var ErrStopped = errors.New("evloop: loop stopped")
 
@@ -39,8 +33,6 @@ var ErrStopped = errors.New("evloop: loop stopped")
 type Loop struct {
 	epfd int
 	efd  int // eventfd: Post wakes the loop through it
-	file *os.File
-	raw  syscall.RawConn
 	done chan struct{}
 
 	mu      sync.Mutex
@@ -48,17 +40,18 @@ type Loop struct {
 	woken   bool // an eventfd wake-up is pending
 	stopped bool
 
-	events   []unix.EpollEvent
-	run      []func()
-	fds      []slot // by descriptor number
-	timers   timerHeap
-	deadline time.Time // the read deadline set on file
-	live     int       // coroutines started and not finished
+	events []unix.EpollEvent
+	run    []func()
+	fds    []slot // by descriptor number
+	timers timerHeap
+	flushq []*Conn // connections with deferred writes this turn
+	live   int     // coroutines started and not finished
 }
 
 // slot is the loop's view of one descriptor homed on it.
 type slot struct {
 	waiter *Co
+	flush  *Conn // deferred bytes wait for the socket to be writable
 	ready  uint8
 }
 
@@ -79,21 +72,7 @@ func New() (*Loop, error) {
 		_ = unix.Close(efd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	// A non-blocking epoll descriptor is registered with the runtime's
-	// netpoller by os.NewFile: the loop parks there when it is idle.
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		_ = unix.Close(epfd)
-		_ = unix.Close(efd)
-		return nil, os.NewSyscallError("fcntl", err)
-	}
-	file := os.NewFile(uintptr(epfd), "evloop")
-	raw, err := file.SyscallConn()
-	if err != nil {
-		_ = file.Close()
-		_ = unix.Close(efd)
-		return nil, err
-	}
-	return &Loop{epfd: epfd, efd: efd, file: file, raw: raw, done: make(chan struct{}), events: make([]unix.EpollEvent, 256)}, nil
+	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256)}, nil
 }
 
 // Post runs fn on the loop goroutine, soon. Any goroutine may call it.
@@ -104,8 +83,8 @@ func (l *Loop) Post(fn func()) {
 	l.woken = true
 	l.mu.Unlock()
 	if wake {
-		var one = [8]byte{1}
-		_, _ = unix.Write(l.efd, one[:])
+		one := [8]byte{1}
+		_, _ = rawWrite(l.efd, one[:]) // a non-blocking eventfd: cannot block
 	}
 }
 
@@ -117,7 +96,7 @@ func (l *Loop) Stop() {
 	l.mu.Unlock()
 	l.Post(func() {})
 	<-l.done
-	_ = l.file.Close()
+	_ = unix.Close(l.epfd)
 	_ = unix.Close(l.efd)
 }
 
@@ -133,6 +112,7 @@ func (l *Loop) Run() {
 			l.fireTimers(time.Now())
 		}
 		if n == 0 {
+			l.flush()
 			l.mu.Lock()
 			pending := len(l.posted) > 0
 			l.mu.Unlock()
@@ -145,40 +125,44 @@ func (l *Loop) Run() {
 	}
 }
 
-// poll takes what epoll has ready without waiting.
+// poll takes what epoll has ready without waiting (a raw syscall: it
+// cannot block).
 func (l *Loop) poll() int {
 	for {
-		n, err := unix.EpollWait(l.epfd, l.events, 0)
-		if err == unix.EINTR {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+		if e == unix.EINTR {
 			continue
 		}
-		if err != nil {
+		if e != 0 {
 			return 0
 		}
-		return n
+		return int(r)
 	}
 }
 
-// park waits in the runtime's netpoller until epoll has something or the
-// earliest timer is due.
+// park waits in epoll_wait until a socket is ready, something is posted or
+// the earliest timer is due. The loop's own thread blocks in the kernel, as
+// PgBouncer's does: a wake-up goes straight to it, with no netpoller thread
+// and no scheduler hand-off in between. The wait is a raw syscall, so the
+// runtime keeps the loop's P with it (a retaken P would move the loop to
+// another thread at its next wake-up: two thread switches). The runtime's
+// preemption signal ends the wait (EINTR) when a stop-the-world needs the
+// P, and the server runs one P more than it has loops for its other
+// goroutines (logins, offloaded waits, timers, the admin server).
 func (l *Loop) park() int {
-	var next time.Time
+	ms := -1
 	if len(l.timers) > 0 {
-		next = l.timers[0].when.Truncate(deadlineGrain).Add(deadlineGrain)
+		d := time.Until(l.timers[0].when)
+		if d < 0 {
+			d = 0
+		}
+		ms = int((d + time.Millisecond - 1) / time.Millisecond)
 	}
-	if !next.Equal(l.deadline) {
-		_ = l.file.SetReadDeadline(next)
-		l.deadline = next
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), uintptr(ms), 0, 0)
+	if e != 0 {
+		return 0 // EINTR: a signal; the caller loops
 	}
-	n := 0
-	err := l.raw.Read(func(uintptr) bool {
-		n = l.poll()
-		return n > 0
-	})
-	if err != nil {
-		return 0 // the deadline: timers are fired next turn
-	}
-	return n
+	return int(r)
 }
 
 // runPosted runs the posted functions; it reports whether the loop stops.
@@ -215,10 +199,24 @@ func (l *Loop) dispatch(n int) {
 		if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			s.ready |= writable
 		}
+		if c := s.flush; c != nil && s.ready&writable != 0 {
+			s.flush = nil
+			c.flushDeferred(l)
+		}
 		if co := s.waiter; co != nil && co.wants(l) {
 			l.resume(co)
 		}
 	}
+	l.flush()
+}
+
+// flush writes the deferred replies of this turn.
+func (l *Loop) flush() {
+	for i, c := range l.flushq {
+		c.flushDeferred(l)
+		l.flushq[i] = nil
+	}
+	l.flushq = l.flushq[:0]
 }
 
 // slot returns the loop's record of fd.
@@ -238,8 +236,13 @@ func (l *Loop) slot(fd int) *slot {
 // Go starts fn as a coroutine of the loop. Call it on the loop goroutine
 // (from a function given to Post).
 func (l *Loop) Go(fn func(co *Co)) {
-	co := &Co{loop: l}
+	co := &Co{loop: l, timerAt: -1}
 	co.waitFd = [2]int{-1, -1}
+	co.unpark = func() {
+		if co.waiting && co.waitFd[0] < 0 {
+			l.resume(co)
+		}
+	}
 	co.next, co.stop = iter.Pull(func(yield func(struct{}) bool) {
 		co.yield = yield
 		fn(co)
@@ -263,11 +266,10 @@ func (l *Loop) resume(co *Co) {
 
 func (l *Loop) fireTimers(now time.Time) {
 	for len(l.timers) > 0 && !l.timers[0].when.After(now) {
-		t := heap.Pop(&l.timers).(timer)
-		if co := t.co; co.waiting && co.seq == t.seq {
-			co.timedOut = true
-			l.resume(co)
-		}
+		co := l.timers[0]
+		l.timers.remove(co)
+		co.timedOut = true
+		l.resume(co)
 	}
 }
 
@@ -282,11 +284,13 @@ type Co struct {
 
 	waitFd   [2]int   // descriptors waited on (-1: none)
 	waitWant [2]uint8 // readiness wanted of each
-	waiting  bool     // suspended in a socket wait (not an offload)
-	seq      uint64   // wait number (timers of older waits are stale)
+	waiting  bool      // suspended in a socket wait or Park (not an offload)
+	when     time.Time // the wait's deadline, while in the timer heap
+	timerAt  int       // index in the loop's timer heap (-1: none)
 	timedOut bool
 	intr     error // a pending Interrupt
 	dead     bool
+	unpark   func() // posted by Unpark
 }
 
 // Loop returns the loop that runs co.
@@ -314,6 +318,9 @@ func (co *Co) clearWait() {
 		co.waitFd[i] = -1
 	}
 	co.waiting = false
+	if co.timerAt >= 0 {
+		l.timers.remove(co)
+	}
 }
 
 // wait suspends co until a (or b, when not nil) is ready as wanted, the
@@ -324,12 +331,12 @@ func (co *Co) wait(a *Conn, wa uint8, b *Conn, wb uint8, deadline time.Time) err
 		return err
 	}
 	l := co.loop
-	co.seq++
 	if !deadline.IsZero() {
 		if !time.Now().Before(deadline) {
 			return os.ErrDeadlineExceeded
 		}
-		heap.Push(&l.timers, timer{when: deadline, co: co, seq: co.seq})
+		co.when = deadline
+		l.timers.push(co)
 	}
 	l.slot(a.fd).waiter = co
 	co.waitFd[0], co.waitWant[0] = a.fd, wa
@@ -352,6 +359,42 @@ func (co *Co) wait(a *Conn, wa uint8, b *Conn, wb uint8, deadline time.Time) err
 	}
 	return nil
 }
+
+// Park suspends co until Unpark, the deadline (zero: none; then
+// os.ErrDeadlineExceeded) or an Interrupt (its error). It may return nil
+// spuriously: the caller checks what it waits for and parks again.
+func (co *Co) Park(deadline time.Time) error {
+	if err := co.intr; err != nil {
+		co.intr = nil
+		return err
+	}
+	l := co.loop
+	if !deadline.IsZero() {
+		if !time.Now().Before(deadline) {
+			return os.ErrDeadlineExceeded
+		}
+		co.when = deadline
+		l.timers.push(co)
+	}
+	co.waiting, co.timedOut = true, false
+	if !co.yield(struct{}{}) {
+		co.clearWait()
+		return ErrStopped
+	}
+	if err := co.intr; err != nil {
+		co.intr = nil
+		return err
+	}
+	if co.timedOut {
+		co.timedOut = false
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// Unpark ends co's current Park (or, if it is not parked now, may end its
+// next one spuriously). Any goroutine may call it; it never blocks on co.
+func (co *Co) Unpark() { co.loop.Post(co.unpark) }
 
 // Offload runs fn on a goroutine of its own while co is suspended, and
 // returns when fn has returned. The loop serves its other coroutines
@@ -398,24 +441,70 @@ func (co *Co) WaitReadable(a, b *Conn, deadline time.Time) (*Conn, error) {
 	}
 }
 
-type timer struct {
-	when time.Time
-	co   *Co
-	seq  uint64
+// timerHeap orders the coroutines waiting with a deadline (each has at
+// most one: Co.when, at index Co.timerAt). A coroutine leaves it when its
+// wait ends, however it ends, so the heap holds only live deadlines.
+type timerHeap []*Co
+
+func (h timerHeap) less(i, j int) bool { return h[i].when.Before(h[j].when) }
+
+func (h timerHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerAt, h[j].timerAt = i, j
 }
 
-type timerHeap []timer
+func (h timerHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			return
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
+func (h timerHeap) down(i int) {
+	n := len(h)
+	for {
+		j := 2*i + 1
+		if j >= n {
+			return
+		}
+		if k := j + 1; k < n && h.less(k, j) {
+			j = k
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h.swap(i, j)
+		i = j
+	}
+}
+
+func (h *timerHeap) push(co *Co) {
+	co.timerAt = len(*h)
+	*h = append(*h, co)
+	h.up(co.timerAt)
+}
+
+func (h *timerHeap) remove(co *Co) {
+	i := co.timerAt
+	if i < 0 {
+		return
+	}
 	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
-	return t
+	last := len(old) - 1
+	if i != last {
+		old.swap(i, last)
+	}
+	old[last] = nil
+	*h = old[:last]
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+	co.timerAt = -1
 }
 
 // errNotSocket is returned by Bind for a connection without a descriptor
