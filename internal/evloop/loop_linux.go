@@ -282,8 +282,8 @@ type Co struct {
 	stop  func()
 	yield func(struct{}) bool
 
-	waitFd   [2]int   // descriptors waited on (-1: none)
-	waitWant [2]uint8 // readiness wanted of each
+	waitFd   [2]int    // descriptors waited on (-1: none)
+	waitWant [2]uint8  // readiness wanted of each
 	waiting  bool      // suspended in a socket wait or Park (not an offload)
 	when     time.Time // the wait's deadline, while in the timer heap
 	timerAt  int       // index in the loop's timer heap (-1: none)
