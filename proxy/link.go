@@ -55,7 +55,7 @@ type serverLink struct {
 	state linkState
 	sc    *pool.Conn
 	st    *serverState
-	co    *evloop.Co // the session's coroutine, once it runs (kill interrupts it)
+	loop  *evloop.Loop // the session's loop, once it runs there (kill posts to it)
 
 	pinned      bool
 	pinReason   string

@@ -40,8 +40,14 @@ var errSessionEnd = errors.New("session ended")
 // server link, under its own lock) and out (the client socket).
 type session struct {
 	srv      *Server
-	co       *evloop.Co   // the coroutine running the session (nil before run)
+	loop     *evloop.Loop // the loop that runs the session
+	co       *evloop.Co   // the coroutine running it now (nil while it rests)
 	sock     *evloop.Conn // the client's socket (below TLS, if any)
+	resting  bool         // idle with no coroutine: the loop resumes it when the client speaks
+	ended    bool         // cleaned up
+	killed   *pgError     // a kill that reached the session while it rested
+	done     func()       // runs once the session ended and cleaned up
+	mustRead bool         // the client's socket is readable: read before resting again
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
@@ -123,45 +129,113 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 	return s
 }
 
-// run is the session's coroutine: it binds the client's socket to co (the
-// loop adopts it) and serves the client.
-func (s *session) run(co *evloop.Co, sock *evloop.Conn) {
+// run is the session's first coroutine: it binds the client's socket to co
+// (the loop adopts it) and serves the client; done runs when the session
+// has ended and cleaned up.
+func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
+	s.done = done
 	s.link.mu.Lock()
-	s.co, s.sock, s.link.co = co, sock, co
-	if err := sock.Bind(co); err != nil {
-		s.srv.log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
-	}
+	s.loop, s.sock, s.link.loop = co.Loop(), sock, co.Loop()
 	s.link.mu.Unlock()
-	s.serve()
+	s.app.clients.Inc()
+	s.resume(co)
 }
 
-// serve reads client messages until the client leaves, then cleans up.
+// resume serves the client on co until the session ends or rests. A
+// resting session (idle, holding no server connection, nothing buffered)
+// has no coroutine and no stack: its loop starts a new coroutine on resume
+// when the client's socket becomes readable.
+func (s *session) resume(co *evloop.Co) {
+	s.co, s.resting = co, false
+	if err := s.sock.Bind(co); err != nil {
+		s.srv.log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
+	}
+	for !s.turn() {
+		s.mustRead = true // unless it rests below: the client spoke meanwhile
+		if s.loop.GoOnReadable(s.sock, s.resume) {
+			s.mustRead = false
+			s.resting = true
+			s.co = nil
+			s.r.Release()
+			s.sock.Unbind()
+			return
+		}
+	}
+}
+
+// serve runs the session on the calling goroutine, outside any loop (the
+// protocol unit tests): it never rests.
 func (s *session) serve() {
 	s.app.clients.Inc()
-	defer s.app.clients.Dec()
-	defer s.srv.unadmit(s.app)
-	defer s.cleanup()
+	s.turn()
+}
+
+// interrupt ends the session with pe (a FATAL), on the loop goroutine: a
+// running coroutine's current (or next) socket wait returns pe; a resting
+// session is woken to say it.
+func (s *session) interrupt(pe *pgError) {
+	switch {
+	case s.ended:
+	case s.resting:
+		s.killed = pe
+		if s.loop.StopOnReadable(s.sock) {
+			s.loop.Go(s.resume)
+		}
+	case s.co != nil:
+		s.co.Interrupt(pe)
+	}
+}
+
+// restable reports whether the session may rest: idle, with no server
+// connection and nothing owed, on an adopted socket.
+func (s *session) restable() bool {
+	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.copyIn &&
+		s.r.Buffered() == 0 && s.killed == nil && !s.mustRead
+}
+
+// turn reads and handles client messages until the session ends (true:
+// it cleaned up) or may rest (false).
+func (s *session) turn() (ended bool) {
 	defer func() {
 		// A bug in one session ends that session, never the process.
 		if v := recover(); v != nil {
 			s.srv.log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
 			s.out.end(nil, &pgError{Code: "XX000", Message: "lockpool: internal error", Hint: "This is a bug in lockpool; the connection is closed."})
+			ended = true
+		}
+		if ended {
+			s.ended = true
+			s.cleanup()
+			s.srv.unadmit(s.app)
+			s.app.clients.Dec()
+			if s.done != nil {
+				s.done()
+			}
 		}
 	}()
-	maxMsg := s.srv.rc.Load().cfg.MaxMessageSize
-	s.idleTx = s.srv.rc.Load().cfg.IdleTransactionTimeout
+	if pe := s.killed; pe != nil {
+		s.end(pe)
+		return true
+	}
+	cfg := s.srv.rc.Load().cfg
+	maxMsg := cfg.MaxMessageSize
+	s.idleTx = cfg.IdleTransactionTimeout
 	for {
 		if s.r.Buffered() == 0 {
 			if err := s.flushBatch(); err != nil {
 				s.end(err)
-				return
+				return true
 			}
 			if err := s.idle(); err != nil {
 				s.end(err)
-				return
+				return true
+			}
+			if s.restable() {
+				return false
 			}
 		}
 		typ, n, err := wire.ReadHeader(s.r)
+		s.mustRead = false
 		if err != nil {
 			var pe *pgError
 			switch {
@@ -170,22 +244,22 @@ func (s *session) serve() {
 			case errors.Is(err, wire.ErrProtocol), errors.As(err, &pe):
 				s.end(err) // a protocol error, or a kill's FATAL
 			}
-			return
+			return true
 		}
 		s.r.SetDeadline(time.Time{})
 		if n > maxMsg && maxMsg > 0 {
 			s.end(pgerr.MessageTooLarge(n, maxMsg))
-			return
+			return true
 		}
 		if s.skipping && typ != 'S' && typ != 'X' {
 			if err := s.discard(n); err != nil {
-				return
+				return true
 			}
 			continue
 		}
 		if err := s.dispatch(typ, n); err != nil {
 			s.end(err)
-			return
+			return true
 		}
 	}
 }
@@ -871,20 +945,19 @@ func (s *session) drain() {
 	}
 }
 
-// kill ends the session with a FATAL error (from another goroutine). A
-// running session's coroutine is interrupted in its loop: its current (or
-// next) socket wait returns pe, and the coroutine writes it last and cleans
-// up. Before the coroutine runs, the FATAL is written here.
+// kill ends the session with a FATAL error (from another goroutine): its
+// loop interrupts it (interrupt), and the session writes the FATAL last and
+// cleans up. Before the session reached its loop, the FATAL is written here.
 func (s *session) kill(pe *pgError) {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
-	co := s.link.co
-	if co == nil {
+	l := s.link.loop
+	if l == nil {
 		s.out.end(nil, pe)
 		return
 	}
 	fatal := pe.Fatal()
-	co.Loop().Post(func() { co.Interrupt(fatal) })
+	l.Post(func() { s.interrupt(fatal) })
 }
 
 // cleanup runs when the session goroutine ends, however it ends.

@@ -96,9 +96,10 @@ func (s *Server) handleConn(nc net.Conn) {
 	sock := nc.(*evloop.Conn)
 	l.Post(func() {
 		l.Go(func(co *evloop.Co) {
-			defer s.wg.Done()
-			defer nc.Close()
-			ss.run(co, sock)
+			ss.run(co, sock, func() {
+				_ = nc.Close()
+				s.wg.Done()
+			})
 		})
 	})
 }

@@ -296,9 +296,19 @@ func (c *Conn) peekReadable(co *Co) bool {
 	if s.ready&readable == 0 {
 		return false
 	}
+	return c.peekNow(s)
+}
+
+// peekNow checks readability with a non-blocking peek and records the
+// answer in s.
+func (c *Conn) peekNow(s *slot) bool {
 	var b [1]byte
 	for {
-		_, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		_, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		var err error
+		if e != 0 {
+			err = e
+		}
 		switch err {
 		case unix.EINTR:
 			continue

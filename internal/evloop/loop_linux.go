@@ -45,13 +45,15 @@ type Loop struct {
 	fds    []slot // by descriptor number
 	timers timerHeap
 	flushq []*Conn // connections with deferred writes this turn
+	spare  []*Co   // finished coroutines, kept to run the next Go
 	live   int     // coroutines started and not finished
 }
 
 // slot is the loop's view of one descriptor homed on it.
 type slot struct {
 	waiter *Co
-	flush  *Conn // deferred bytes wait for the socket to be writable
+	start  func(*Co) // GoOnReadable: a coroutine to start when readable
+	flush  *Conn     // deferred bytes wait for the socket to be writable
 	ready  uint8
 }
 
@@ -206,6 +208,10 @@ func (l *Loop) dispatch(n int) {
 		if co := s.waiter; co != nil && co.wants(l) {
 			l.resume(co)
 		}
+		if fn := s.start; fn != nil && s.ready&readable != 0 {
+			s.start = nil
+			l.Go(fn)
+		}
 	}
 	l.flush()
 }
@@ -233,10 +239,24 @@ func (l *Loop) slot(fd int) *slot {
 	return &l.fds[fd]
 }
 
-// Go starts fn as a coroutine of the loop. Call it on the loop goroutine
-// (from a function given to Post).
+// maxSpareWorkers bounds the finished coroutines a loop keeps for reuse.
+const maxSpareWorkers = 256
+
+// Go runs fn as a coroutine of the loop. Call it on the loop goroutine
+// (from a function given to Post, or from dispatch). A coroutine whose
+// function returned is kept (up to maxSpareWorkers) and runs the next
+// function given to Go: starting one costs a coroutine switch, not a new
+// goroutine (whose creation would wake an idle P's thread).
 func (l *Loop) Go(fn func(co *Co)) {
-	co := &Co{loop: l, timerAt: -1}
+	if n := len(l.spare); n > 0 {
+		co := l.spare[n-1]
+		l.spare[n-1] = nil
+		l.spare = l.spare[:n-1]
+		co.job = fn
+		l.resume(co)
+		return
+	}
+	co := &Co{loop: l, timerAt: -1, job: fn}
 	co.waitFd = [2]int{-1, -1}
 	co.unpark = func() {
 		if co.waiting && co.waitFd[0] < 0 {
@@ -245,10 +265,44 @@ func (l *Loop) Go(fn func(co *Co)) {
 	}
 	co.next, co.stop = iter.Pull(func(yield func(struct{}) bool) {
 		co.yield = yield
-		fn(co)
+		for {
+			fn := co.job
+			co.job, co.intr, co.timedOut = nil, nil, false
+			fn(co)
+			co.idle = true
+			if !yield(struct{}{}) {
+				return
+			}
+			co.idle = false
+		}
 	})
 	l.live++
 	l.resume(co)
+}
+
+// GoOnReadable arranges for fn to start as a coroutine of l when c may be
+// read (bytes, its end or an error), holding no coroutine until then: an
+// idle session costs no stack. It reports false, arranging nothing, when c
+// may be read already (the caller goes on reading). c must be homed on l;
+// call it on l's goroutine or from a coroutine of l that is about to end.
+func (l *Loop) GoOnReadable(c *Conn, fn func(*Co)) bool {
+	s := l.slot(c.fd)
+	if s.ready&readable != 0 && c.peekNow(s) {
+		return false
+	}
+	s.start = fn
+	return true
+}
+
+// StopOnReadable cancels GoOnReadable for c; it reports whether it was
+// pending (and so did not start and now never will). Call it on l's
+// goroutine.
+func (l *Loop) StopOnReadable(c *Conn) bool {
+	if c.fd < 0 || c.fd >= len(l.fds) || l.fds[c.fd].start == nil {
+		return false
+	}
+	l.fds[c.fd].start = nil
+	return true
 }
 
 // resume runs co until it waits again or ends.
@@ -258,6 +312,16 @@ func (l *Loop) resume(co *Co) {
 	}
 	co.clearWait()
 	if _, ok := co.next(); !ok {
+		co.dead = true
+		l.live--
+		co.stop()
+		return
+	}
+	if co.idle {
+		if len(l.spare) < maxSpareWorkers {
+			l.spare = append(l.spare, co)
+			return
+		}
 		co.dead = true
 		l.live--
 		co.stop()
@@ -288,7 +352,9 @@ type Co struct {
 	when     time.Time // the wait's deadline, while in the timer heap
 	timerAt  int       // index in the loop's timer heap (-1: none)
 	timedOut bool
-	intr     error // a pending Interrupt
+	intr     error     // a pending Interrupt
+	job      func(*Co) // the function Go gave it (nil while spare)
+	idle     bool      // its function returned: kept as a spare
 	dead     bool
 	unpark   func() // posted by Unpark
 }
@@ -412,7 +478,7 @@ func (co *Co) Offload(fn func()) {
 // Call it on the loop goroutine (from a function given to Post). A
 // coroutine suspended in Offload sees err at its next socket wait.
 func (co *Co) Interrupt(err error) {
-	if co.dead {
+	if co.dead || co.idle {
 		return
 	}
 	co.intr = err

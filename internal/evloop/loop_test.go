@@ -286,3 +286,45 @@ func TestWaitReadableEither(t *testing.T) {
 		t.Fatalf("WaitReadable returned %p, want the second connection %p", r, c2)
 	}
 }
+
+func TestGoOnReadableRestartsIdleConn(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	var serveTurn func(co *Co)
+	turns := 0
+	serveTurn = func(co *Co) {
+		turns++
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		b := make([]byte, 1)
+		if turns > 1 {
+			if _, err := c.Read(b); err != nil {
+				if err != io.EOF {
+					t.Errorf("turn %d: %v", turns, err)
+				}
+				return
+			}
+			if _, err := c.Write(b); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		c.Unbind()
+		if !l.GoOnReadable(c, serveTurn) {
+			serveTurn(co) // readable already: serve on this coroutine
+		}
+	}
+	run(l, serveTurn)
+	for i := 0; i < 3; i++ {
+		if _, err := peer.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(peer, b); err != nil || b[0] != byte('a'+i) {
+			t.Fatalf("round %d: %q %v", i, b, err)
+		}
+	}
+}
