@@ -70,7 +70,7 @@ func TestDefaults(t *testing.T) {
 		TLS:                    nil,
 		Server: Server{
 			Host: "127.0.0.1", Port: 5432, MaxConnections: 20,
-			IdleTimeout: 60 * time.Second, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, TLS: "prefer",
+			IdleTimeout: 60 * time.Second, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, DialConcurrency: 4, TLS: "prefer",
 		},
 		Users: []User{{Name: "app", Password: "pw"}},
 		Applications: []Application{{
@@ -103,7 +103,7 @@ func TestFull(t *testing.T) {
 		TLS:                    &TLS{CertFile: "/etc/lockpool/server.crt", KeyFile: "/etc/lockpool/server.key"},
 		Server: Server{
 			Host: "/var/run/postgresql", Port: 5433, MaxConnections: 50,
-			IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, ConnectTimeout: time.Second, TLS: "prefer",
+			IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, ConnectTimeout: time.Second, DialConcurrency: 4, TLS: "prefer",
 		},
 		Users: []User{{Name: "app", Password: "p@ss: w0rd #not-a-comment"}, {Name: "worker", Password: "w"}},
 		Applications: []Application{

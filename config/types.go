@@ -39,14 +39,15 @@ type TLS struct {
 
 // Server describes the PostgreSQL server behind the proxy.
 type Server struct {
-	Host           string        // host; a path starting with / is a Unix socket directory
-	Port           int           // port
-	MaxConnections int           // max_connections: instance cap over all applications
-	IdleTimeout    time.Duration // idle_timeout: idle server connections are closed after this
-	MaxLifetime    time.Duration // max_lifetime: server connections are closed at their next release after this
-	ConnectTimeout time.Duration // connect_timeout: dialing + server login
-	TLS            string        // tls: disable | prefer | require | verify-full
-	CAFile         string        // ca_file: CA bundle for tls verify-full
+	Host            string        // host; a path starting with / is a Unix socket directory
+	Port            int           // port
+	MaxConnections  int           // max_connections: instance cap over all applications
+	IdleTimeout     time.Duration // idle_timeout: idle server connections are closed after this
+	MaxLifetime     time.Duration // max_lifetime: server connections are closed at their next release after this
+	ConnectTimeout  time.Duration // connect_timeout: dialing + server login
+	DialConcurrency int           // dial_concurrency: dials at once (read at start)
+	TLS             string        // tls: disable | prefer | require | verify-full
+	CAFile          string        // ca_file: CA bundle for tls verify-full
 }
 
 // User is a login role: clients authenticate against Password and the proxy

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/config"
@@ -96,6 +98,8 @@ type Manager struct {
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
 	closeOnce   sync.Once
+
+	dialSem chan struct{} // server.dial_concurrency tokens
 }
 
 type appPool struct {
@@ -189,6 +193,7 @@ func New(opts Options) (*Manager, error) {
 		now:         opts.now,
 		stopJanitor: make(chan struct{}),
 		janitorDone: make(chan struct{}),
+		dialSem:     make(chan struct{}, max(opts.Server.DialConcurrency, 1)),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -539,13 +544,55 @@ func (m *Manager) tryServeLocked(a *appPool, database string) (grant, bool) {
 	}
 }
 
+// dialRetrying dials with at most server.dial_concurrency dials at once,
+// and retries a dial that failed for a connection error, a timeout, 53300
+// (too many connections) or 57P03 (starting up) until the application's
+// wait_timeout has passed since the first attempt: a burst of clients, or
+// PostgreSQL restarting, costs the waiting client time, not an error.
+func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppConfig, database string) (*Conn, error) {
+	deadline := m.now().Add(cfg.WaitTimeout)
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case m.dialSem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c, err := m.dial(ctx, srv, cfg, database)
+		<-m.dialSem
+		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
+			return c, err
+		}
+		m.log.Debug("pool: server connection failed; retrying", "app", cfg.Name, "database", database, "in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// retryableDial reports whether a failed dial may succeed when retried:
+// PostgreSQL's refusals (a wrong password, an unknown database) are final,
+// except 53300 and 57P03.
+func retryableDial(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "53300" || pe.Code == "57P03"
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
 // dialReserved dials into a slot already counted for a (open, dialing).
 func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string) (*Conn, bool, error) {
 	m.mu.Lock()
 	cfg, srv, gen, srvGen := a.cfg, m.server, a.gen, m.srvGen
 	m.mu.Unlock()
 
-	c, err := m.dial(ctx, srv, cfg, database)
+	c, err := m.dialRetrying(ctx, srv, cfg, database)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}

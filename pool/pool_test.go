@@ -33,6 +33,8 @@ type fakeServer struct {
 	peers      map[uint32]net.Conn
 	dials      int
 	failWith   error
+	failOnce   bool // failWith applies to the next dial only
+	dialing    int  // dials in flight
 	dialDelay  time.Duration
 	dialGate   chan struct{} // when non-nil, each dial waits for a value
 }
@@ -53,7 +55,21 @@ func (t *trackedConn) Close() error {
 	return err
 }
 
+func (f *fakeServer) inFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dialing
+}
+
 func (f *fakeServer) dial(ctx context.Context, app AppConfig, db string) (*Conn, error) {
+	f.mu.Lock()
+	f.dialing++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.dialing--
+		f.mu.Unlock()
+	}()
 	if f.dialGate != nil {
 		select {
 		case <-f.dialGate:
@@ -68,6 +84,9 @@ func (f *fakeServer) dial(ctx context.Context, app AppConfig, db string) (*Conn,
 	f.dials++
 	if f.failWith != nil {
 		err := f.failWith
+		if f.failOnce {
+			f.failWith = nil
+		}
 		f.mu.Unlock()
 		return nil, err
 	}
@@ -568,7 +587,8 @@ func TestDialFailureWakesNextWaiter(t *testing.T) {
 	ch2 := acquireAsync(m, context.Background(), "a", "db")
 	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
 	f.mu.Lock()
-	f.failWith = errors.New("connection refused")
+	// A refusal by PostgreSQL is final (a connection error would be retried).
+	f.failWith = &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"}
 	f.mu.Unlock()
 	f.dialGate <- struct{}{}
 	if r := recv(t, ch1); r.err == nil {
@@ -1148,4 +1168,59 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			m.Release(c)
 		}
 	})
+}
+
+func TestDialRetriesConnectionErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		wantDials int
+		wantErr   bool
+	}{
+		{"connection refused is retried", errors.New("dial tcp: connection refused"), 2, false},
+		{"too many connections is retried", &pgconn.PgError{Severity: "FATAL", Code: "53300"}, 2, false},
+		{"a wrong password is final", &pgconn.PgError{Severity: "FATAL", Code: "28P01"}, 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
+			f.failWith = tc.err
+			f.failOnce = true
+			c, err := m.Acquire(context.Background(), "a", "db")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Acquire: %v, want error %v", err, tc.wantErr)
+			}
+			if c != nil {
+				m.Release(c)
+			}
+			if got := f.dialCount(); got != tc.wantDials {
+				t.Fatalf("dials = %d, want %d", got, tc.wantDials)
+			}
+		})
+	}
+}
+
+func TestDialConcurrencyIsBounded(t *testing.T) {
+	s := srv(10)
+	s.DialConcurrency = 2
+	m, f := start(t, setup{server: s, apps: []AppConfig{app("a", 8, 0, 5*time.Second)}})
+	f.dialGate = make(chan struct{})
+	var chans []chan result
+	for i := 0; i < 6; i++ {
+		chans = append(chans, acquireAsync(m, context.Background(), "a", "db"))
+	}
+	waitFor(t, "two dials in flight", func() bool { return f.inFlight() == 2 })
+	for i := 0; i < 6; i++ {
+		if n := f.inFlight(); n > 2 {
+			t.Fatalf("%d dials in flight, want at most 2", n)
+		}
+		f.dialGate <- struct{}{}
+	}
+	for _, ch := range chans {
+		r := recv(t, ch)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		m.Release(r.c)
+	}
 }

@@ -150,6 +150,29 @@ func ProcCPUTicks(pid int) (int64, error) {
 	return u + s, nil
 }
 
+// ProcContextSwitches is the number of context switches (voluntary and
+// not) of all of pid's current threads, from /proc/pid/task/*/status.
+func ProcContextSwitches(pid int) (int64, error) {
+	dirs, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	if err != nil || len(dirs) == 0 {
+		return 0, fmt.Errorf("no threads of %d: %v", pid, err)
+	}
+	var n int64
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n, nil
+}
+
 // procStat is /proc/pid/stat from the state field on (field 3, index 0):
 // the command name before it may hold spaces, so it is cut at the last ')'.
 func procStat(pid int) ([]string, error) {

@@ -40,6 +40,7 @@ type options struct {
 	modes            []string // simple, extended, prepared
 	budget           int      // server connections per pooler
 	maxPinned        int
+	eventLoops       int
 	scale            int
 	idle             int // idle clients for the memory test
 	leaseSess        int
@@ -102,11 +103,12 @@ func parseFlags() (*options, error) {
 	var clients, scripts, modes string
 	flag.StringVar(&o.out, "out", "", "write the JSON report here (default bench-results/<date>.json)")
 	flag.IntVar(&o.duration, "T", 7, "pgbench -T seconds per run")
-	flag.StringVar(&clients, "clients", "1,10,100,1000", "pgbench client counts")
+	flag.StringVar(&clients, "clients", "1,10,50,100,1000", "pgbench client counts")
 	flag.StringVar(&scripts, "scripts", "select,tpcb", "pgbench scripts: select (-S), tpcb (default script)")
 	flag.StringVar(&modes, "modes", "simple,extended,prepared", "pgbench -M modes")
 	flag.IntVar(&o.budget, "budget", 10, "server connections for each pooler (lockpool application max_connections, PgBouncer default_pool_size)")
 	flag.IntVar(&o.maxPinned, "max-pinned", 2, "lockpool max_pinned")
+	flag.IntVar(&o.eventLoops, "event-loops", 0, "lockpool event_loops (0: its default, one per CPU)")
 	flag.IntVar(&o.scale, "scale", 10, "pgbench -i -s")
 	flag.IntVar(&o.idle, "idle", 10000, "idle authenticated clients for the memory test (0 = skip)")
 	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")

@@ -42,6 +42,9 @@ type Result struct {
 	CPUPer1000Txn float64 `json:"pooler_cpu_seconds_per_1000_txn"`
 	WallSeconds   float64 `json:"wall_seconds"`
 	CPUWindow     string  `json:"pooler_cpu_window,omitempty"`
+	// Context switches of all the pooler's threads per transaction (whole
+	// run, logins included: /proc/<pid>/task/*/status); -1 for direct.
+	SwitchesPerTxn float64 `json:"pooler_context_switches_per_txn"`
 	Profile       string  `json:"pprof,omitempty"`
 }
 
@@ -79,8 +82,8 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 					if r.Failed {
 						logf("[%d/%d] %-22s %-9s fails: %s", n, total, row.label(), t.Name, r.Error)
 					} else {
-						logf("[%d/%d] %-22s %-9s %9.0f tps  p50 %6.2f ms  p99 %7.2f ms  cpu %s",
-							n, total, row.label(), t.Name, r.TPS, r.P50ms, r.P99ms, cpuStr(r))
+						logf("[%d/%d] %-22s %-9s %9.0f tps  p50 %6.2f ms  p99 %7.2f ms  cpu %s  switches %s",
+							n, total, row.label(), t.Name, r.TPS, r.P50ms, r.P99ms, cpuStr(r), switchStr(r))
 					}
 				}
 				rows = append(rows, row)
@@ -113,6 +116,13 @@ func settle(e *env, o *options) {
 	}
 }
 
+func switchStr(r *Result) string {
+	if r.SwitchesPerTxn < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f/txn", r.SwitchesPerTxn)
+}
+
 func cpuStr(r *Result) string {
 	if r.CPUPer1000Txn < 0 {
 		return "-"
@@ -126,7 +136,7 @@ var (
 )
 
 func runPgbench(o *options, e *env, t *target, row *Row) *Result {
-	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1}
+	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1, SwitchesPerTxn: -1}
 	dir, err := os.MkdirTemp(e.work, "pgbench-")
 	if err != nil {
 		r.Failed, r.Error = true, err.Error()
@@ -153,11 +163,12 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+benchPassword)
 
-	var before int64
+	var before, switchesBefore int64
 	var samples <-chan []cpuSample
 	stop := make(chan struct{})
 	if t.Proc != nil {
 		before, _ = testenv.ProcCPUTicks(t.Proc.PID())
+		switchesBefore, _ = testenv.ProcContextSwitches(t.Proc.PID())
 		samples = sampleCPU(t.Proc.PID(), stop)
 	}
 	var prof chan string
@@ -174,6 +185,9 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 		after, _ := testenv.ProcCPUTicks(t.Proc.PID())
 		r.CPUSeconds = float64(after-before) / testenv.ClockTicks
 		cpu = <-samples
+		if sw, err := testenv.ProcContextSwitches(t.Proc.PID()); err == nil {
+			r.SwitchesPerTxn = float64(sw - switchesBefore) // divided below
+		}
 	}
 	if prof != nil {
 		r.Profile = <-prof
@@ -192,6 +206,9 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 	}
 	logs := readLogs(dir)
 	r.P50ms, r.P99ms = logs.pct(0.50), logs.pct(0.99)
+	if r.SwitchesPerTxn >= 0 && r.Transactions > 0 {
+		r.SwitchesPerTxn /= float64(r.Transactions)
+	}
 	if r.CPUSeconds >= 0 && r.Transactions > 0 {
 		// Whole run, logins included, as a fallback.
 		r.CPUPer1000Txn = r.CPUSeconds / float64(r.Transactions) * 1000

@@ -93,7 +93,8 @@ applications:
     wait_timeout: 120s        # PgBouncer's query_wait_timeout default
 leases:
   max_connections: 2
-`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned)
+event_loops: %d
+`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned, o.eventLoops)
 }
 
 func setup(o *options, work string, rep *Report) (*env, error) {
