@@ -66,7 +66,10 @@
 //     run time.)
 //   - Server.Port ∈ [1, 65535]; Server.Host ≠ "". Listen is a host:port
 //     address; AdminListen is "" (disabled) or a host:port address different
-//     from Listen.
+//     from Listen. AdminToken is set whenever AdminListen is not a loopback
+//     address (127.0.0.0/8, ::1, localhost).
+//   - LogFormat ∈ {text, json}; LogLevel ∈ {debug, info, warn, error};
+//     LogPinsOver ≥ 0 (0 = pins are not logged).
 //   - TLS is nil or has both CertFile and KeyFile (paths are kept as written,
 //     not checked for existence and not resolved against the config's
 //     directory).

@@ -18,6 +18,9 @@ type Config struct {
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01
 	MaxClientConnections   int           // max_client_connections: clients over all applications
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
+	LogFormat              string        // log_format: text | json
+	LogLevel               string        // log_level: debug | info | warn | error
+	LogPinsOver            time.Duration // log_pins_over: a pin held longer than this is logged once (0 = off)
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User
