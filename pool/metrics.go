@@ -23,8 +23,9 @@ var pinOutcomeNames = [numPinOutcomes]string{"immediate", "waited", "timeout", "
 var waitBuckets = []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 type metrics struct {
-	wait *prometheus.HistogramVec
-	pins *prometheus.CounterVec
+	wait        *prometheus.HistogramVec
+	pins        *prometheus.CounterVec
+	unreachable prometheus.Gauge
 }
 
 // appMetrics holds one application's precomputed children; the zero value
@@ -58,7 +59,8 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 			Help: "Pin slot requests by outcome: immediate, waited, timeout, canceled.",
 		}, []string{"app", "outcome"}),
 	}
-	cs := []prometheus.Collector{mt.wait, mt.pins, &connCollector{m: m}}
+	mt.unreachable = newUnreachableGauge()
+	cs := []prometheus.Collector{mt.wait, mt.pins, mt.unreachable, &connCollector{m: m}}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, r := range cs[:i] {

@@ -86,6 +86,7 @@ type Manager struct {
 	headsBuf []*waiter
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
+	reach   reachability
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -453,6 +454,9 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	c, err := m.dial(ctx, srv, cfg, database)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
+	}
+	if ctx.Err() == nil {
+		m.ServerReached("pool", err)
 	}
 	if err != nil {
 		m.mu.Lock()
