@@ -156,7 +156,7 @@ func TestLogLinesJSON(t *testing.T) {
 		if !strings.Contains(sweep.str("err"), "querying pg_locks") {
 			t.Fatalf("leak sweep line names no cause: %v", sweep)
 		}
-		<-waited // the waiter gives up after 1.5 s; nothing waits any more
+		<-waited                // the waiter gives up after 1.5 s; nothing waits any more
 		time.Sleep(time.Second) // reconnect attempts would run now if anything still waited
 		fw.Up(t)
 
@@ -175,8 +175,8 @@ func TestLogLinesJSON(t *testing.T) {
 		}
 		waitLine(t, log, "lockpool: lease LISTEN connection back", nil)
 		for msg, want := range map[string]int{
-			"PostgreSQL unreachable":                                                1,
-			"PostgreSQL reachable again":                                            1,
+			"PostgreSQL unreachable":     1,
+			"PostgreSQL reachable again": 1,
 			"lockpool: lease LISTEN connection lost; waiters poll until it is back": 1,
 			"lockpool: lease LISTEN connection back":                                1,
 			"leak sweep failed":                                                     1,
