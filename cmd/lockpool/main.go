@@ -119,12 +119,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		admin = &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
 	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	log.Info("lockpool listening", "addr", ln.Addr().String(), "admin", adminAddr, "version", bi.Version, "revision", bi.Revision)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for {
 		select {
 		case err := <-served:
