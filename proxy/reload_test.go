@@ -24,7 +24,12 @@ func TestRestartKeys(t *testing.T) {
 		{"log format", func(c *config.Config) { c.LogFormat = "json" }, []string{"log_format"}},
 		{"lease store", func(c *config.Config) { c.InstanceID = "b"; c.Leases.Schema = "x"; c.Leases.MaxConnections = 3 },
 			[]string{"instance_id", "leases.schema", "leases.max_connections"}},
-		{"server address", func(c *config.Config) { c.Server.Host = "/run/pg"; c.Server.Port = 5433; c.Server.TLS = "disable"; c.Server.CAFile = "ca" },
+		{"server address", func(c *config.Config) {
+			c.Server.Host = "/run/pg"
+			c.Server.Port = 5433
+			c.Server.TLS = "disable"
+			c.Server.CAFile = "ca"
+		},
 			[]string{"server.host", "server.port", "server.tls", "server.ca_file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
