@@ -306,6 +306,7 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 			a.am.observeWait(waited)
 			if err != nil {
 				if errors.Is(err, ErrWaitTimeout) {
+					a.am.waitTimedOut()
 					err = fmt.Errorf("%w (application %q, waited %s)", ErrWaitTimeout, app, timeout)
 				}
 				return nil, err
