@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -139,42 +141,6 @@ func (l *lockedBuffer) waitLine(t *testing.T, msg string, done <-chan int) map[s
 	return nil
 }
 
-// documentedMetric is one row of README's metric table.
-type documentedMetric struct {
-	name   string
-	labels []string
-	kind   string
-	values []string // the values README lists for the one label besides app
-}
-
-func readmeMetrics(t *testing.T) []documentedMetric {
-	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := regexp.MustCompile("(?m)^\\| `(lockpool_[a-z_]+)(?:\\{([a-z_,]+)\\})?` \\| (counter|gauge|histogram) \\| (.*) \\|$")
-	var out []documentedMetric
-	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
-		d := documentedMetric{name: m[1], kind: m[3]}
-		if m[2] != "" {
-			d.labels = strings.Split(m[2], ",")
-		}
-		if len(d.labels) == 2 && d.labels[0] == "app" {
-			for _, v := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(m[4], -1) {
-				if v[1] != d.labels[1] {
-					d.values = append(d.values, v[1])
-				}
-			}
-		}
-		out = append(out, d)
-	}
-	if len(out) < 10 {
-		t.Fatalf("found %d metrics in README's table", len(out))
-	}
-	return out
-}
-
 // scrape returns the sample lines of GET url, by series ("name{labels}").
 func scrape(t *testing.T, url string) map[string]string {
 	t.Helper()
@@ -252,15 +218,19 @@ applications:
 		t.Errorf("lockpool_build_info = %q (present %v), want 1", v, ok)
 	}
 	budgets := map[string]string{"lockpool_pool_max_connections": "4", "lockpool_pool_max_pinned": "1"}
-	for _, m := range readmeMetrics(t) {
-		name := m.name
-		if m.kind == "histogram" {
+	documented, err := testenv.DocumentedMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range documented {
+		name := m.Name
+		if m.Kind == "histogram" {
 			name += "_count"
 		}
-		if m.name == "lockpool_build_info" {
+		if m.Name == "lockpool_build_info" {
 			continue
 		}
-		if len(m.labels) == 0 || m.labels[0] != "app" {
+		if len(m.Labels) == 0 || m.Labels[0] != "app" {
 			if _, ok := series(samples, name, nil); !ok {
 				t.Errorf("no series %s after start", name)
 			}
@@ -268,14 +238,14 @@ applications:
 		}
 		for _, app := range []string{"api", "jobs"} {
 			want := []map[string]string{{"app": app}}
-			if len(m.values) > 0 {
+			if len(m.Values) > 0 {
 				want = want[:0]
-				for _, v := range m.values {
-					want = append(want, map[string]string{"app": app, m.labels[1]: v})
+				for _, v := range m.Values {
+					want = append(want, map[string]string{"app": app, m.Labels[1]: v})
 				}
 			}
 			value := "0"
-			if v, ok := budgets[m.name]; ok {
+			if v, ok := budgets[m.Name]; ok {
 				value = v // the budgets both applications have by default
 			}
 			for _, w := range want {
