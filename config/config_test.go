@@ -205,6 +205,13 @@ func TestExpand(t *testing.T) {
 		{"$$${PGPORT}", "$${PGPORT}", ""},
 		{"${PGPORT}${LISTEN_PORT}", "54997000", ""},
 		{"${NOPE}", "", "environment variable NOPE is not set"},
+		{"${NOPE:-6432}", "6432", ""},
+		{"127.0.0.1:${NOPE:-}", "127.0.0.1:", ""},
+		{"${PGPORT:-5432}", "5499", ""},
+		{"${EMPTY:-x y}", "x y", ""},
+		{"${NOPE:-a:-b}", "a:-b", ""},
+		{"${:-5}", "", "invalid environment variable reference"},
+		{"${NOPE-5}", "", "invalid environment variable reference"},
 		{"${PGPORT", "", "unterminated ${"},
 		{"${}", "", "invalid environment variable reference"},
 		{"${9A}", "", "invalid environment variable reference"},
@@ -367,7 +374,7 @@ func TestShippedConfig(t *testing.T) {
 
 	// Without APP_PASSWORD the error names the variable and its line.
 	_, err = Parse(data, "config.yaml", nil)
-	if err == nil || !regexp.MustCompile(`^config\.yaml:\d+: users\[0\]\.password: environment variable APP_PASSWORD is not set$`).MatchString(err.Error()) {
+	if err == nil || !regexp.MustCompile(`^config\.yaml:\d+: users\[0\]\.password: environment variable APP_PASSWORD is not set \(write \$\{APP_PASSWORD:-default\} for a default\)$`).MatchString(err.Error()) {
 		t.Errorf("without APP_PASSWORD: %v", err)
 	}
 }
