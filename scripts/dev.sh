@@ -165,7 +165,7 @@ SQL
 	say "building lockpool"
 	local bin="$DIR/lockpool" rev ver
 	rev="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-	ver="$(git -C "$ROOT" describe --tags --always --dirty 2>/dev/null || echo devel)"
+	ver="$(git -C "$ROOT" describe --tags --dirty 2>/dev/null || echo devel)"
 	(cd "$ROOT" && go build -o "$bin.new" -ldflags "-X main.version=$ver -X main.revision=$rev" ./cmd/lockpool)
 	mv -f "$bin.new" "$bin"
 
