@@ -75,6 +75,9 @@ type Server struct {
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
 	startupChecks startupChecks
 	loginLog      loginLimiter // rate limit of the failed-login lines (loginlog.go)
+	// started is the config New was given: what the listeners, TLS and the
+	// lease store keep using until a restart (see restartKeys).
+	started *config.Config
 
 	rc atomic.Pointer[runtimeConfig]
 
@@ -110,6 +113,7 @@ func New(opts Options) (*Server, error) {
 		sessions: make(map[uint32]*session),
 		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
+		started:  opts.Config,
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
@@ -253,15 +257,16 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 }
 
 // Reload applies a new configuration: budgets, policies and users. Connected
-// clients stay connected. It returns the changed keys a reload cannot apply
-// fully (listen addresses, TLS files, what the lease store was built with;
-// see restartKeys), and logs them.
+// clients stay connected. It returns the keys whose value differs from the
+// one lockpool started with and that a reload cannot apply fully (listen
+// addresses, TLS files, what the lease store was built with; see
+// restartKeys), and logs them.
 func (s *Server) Reload(cfg *config.Config) ([]string, error) {
 	rc, err := s.buildRuntime(cfg)
 	if err != nil {
 		return nil, err
 	}
-	restart := restartKeys(s.rc.Load().cfg, cfg)
+	restart := restartKeys(s.started, cfg)
 	s.rc.Store(rc)
 	s.pool.Reconfigure(cfg.Server, s.poolApps(cfg))
 	if len(restart) > 0 {
