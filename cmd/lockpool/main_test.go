@@ -264,6 +264,24 @@ applications:
 	if reload["restart_needed"] != "listen" || reload["level"] != "WARN" {
 		t.Errorf("reload line: %v", reload)
 	}
+	// A second reload of the same file still says listen needs a restart:
+	// lockpool still listens where it started.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second reload line naming listen:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // the logger has no event to wait on
+		n = 0
+		for _, l := range stderr.lines(t) {
+			if l["restart_needed"] == "listen" {
+				n++
+			}
+		}
+	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
