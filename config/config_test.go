@@ -67,6 +67,9 @@ func TestDefaults(t *testing.T) {
 		IdleTransactionTimeout: 0,
 		MaxMessageSize:         64 << 20,
 		MaxClientConnections:   10000,
+		LogFormat:              "text",
+		LogLevel:               "info",
+		LogPinsOver:            time.Minute,
 		TLS:                    nil,
 		Server: Server{
 			Host: "127.0.0.1", Port: 5432, MaxConnections: 20,
@@ -100,6 +103,9 @@ func TestFull(t *testing.T) {
 		IdleTransactionTimeout: 2 * time.Minute,
 		MaxMessageSize:         1 << 20,
 		MaxClientConnections:   10000,
+		LogFormat:              "json",
+		LogLevel:               "debug",
+		LogPinsOver:            30 * time.Second,
 		TLS:                    &TLS{CertFile: "/etc/lockpool/server.crt", KeyFile: "/etc/lockpool/server.key"},
 		Server: Server{
 			Host: "/var/run/postgresql", Port: 5433, MaxConnections: 50,
@@ -159,7 +165,8 @@ func diffConfig(t *testing.T, got, want *Config) {
 	if g.Listen != w.Listen || g.AdminListen != w.AdminListen || g.AuthMethod != w.AuthMethod || g.InstanceID != w.InstanceID ||
 		g.LeakCheckInterval != w.LeakCheckInterval || g.ShutdownTimeout != w.ShutdownTimeout ||
 		g.ClientLoginTimeout != w.ClientLoginTimeout || g.IdleTransactionTimeout != w.IdleTransactionTimeout ||
-		g.MaxMessageSize != w.MaxMessageSize || g.Server != w.Server || g.Leases != w.Leases || g.Path != w.Path {
+		g.MaxMessageSize != w.MaxMessageSize || g.LogFormat != w.LogFormat || g.LogLevel != w.LogLevel || g.LogPinsOver != w.LogPinsOver ||
+		g.AdminToken != w.AdminToken || g.Server != w.Server || g.Leases != w.Leases || g.Path != w.Path {
 		t.Errorf("config =\n%+v, want\n%+v", g, w)
 	}
 }
@@ -198,6 +205,13 @@ func TestExpand(t *testing.T) {
 		{"$$${PGPORT}", "$${PGPORT}", ""},
 		{"${PGPORT}${LISTEN_PORT}", "54997000", ""},
 		{"${NOPE}", "", "environment variable NOPE is not set"},
+		{"${NOPE:-6432}", "6432", ""},
+		{"127.0.0.1:${NOPE:-}", "127.0.0.1:", ""},
+		{"${PGPORT:-5432}", "5499", ""},
+		{"${EMPTY:-x y}", "x y", ""},
+		{"${NOPE:-a:-b}", "a:-b", ""},
+		{"${:-5}", "", "invalid environment variable reference"},
+		{"${NOPE-5}", "", "invalid environment variable reference"},
 		{"${PGPORT", "", "unterminated ${"},
 		{"${}", "", "invalid environment variable reference"},
 		{"${9A}", "", "invalid environment variable reference"},
@@ -360,7 +374,7 @@ func TestShippedConfig(t *testing.T) {
 
 	// Without APP_PASSWORD the error names the variable and its line.
 	_, err = Parse(data, "config.yaml", nil)
-	if err == nil || !regexp.MustCompile(`^config\.yaml:\d+: users\[0\]\.password: environment variable APP_PASSWORD is not set$`).MatchString(err.Error()) {
+	if err == nil || !regexp.MustCompile(`^config\.yaml:\d+: users\[0\]\.password: environment variable APP_PASSWORD is not set \(write \$\{APP_PASSWORD:-default\} for a default\)$`).MatchString(err.Error()) {
 		t.Errorf("without APP_PASSWORD: %v", err)
 	}
 }
@@ -472,4 +486,27 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("pin invariant: %d >= %d", pinned, c.Server.MaxConnections)
 		}
 	})
+}
+
+func TestLoopbackAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:9930", true},
+		{"127.1.2.3:9930", true},
+		{"[::1]:9930", true},
+		{"localhost:9930", true},
+		{"LocalHost:0", true},
+		{"0.0.0.0:9930", false},
+		{":9930", false},
+		{"[::]:9930", false},
+		{"10.0.0.5:9930", false},
+		{"lockpool.example:9930", false},
+		{"no-port", false},
+	} {
+		if got := loopbackAddr(tc.addr); got != tc.want {
+			t.Errorf("loopbackAddr(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
 }

@@ -21,7 +21,9 @@
 //     are errors. Anchors and aliases are resolved.
 //   - Every scalar value may contain ${NAME} (NAME = [A-Za-z_][A-Za-z0-9_]*),
 //     replaced by that environment variable's value; an unset variable is an
-//     error (a variable set to "" expands to ""). Write $${ for a literal ${.
+//     error (a variable set to "" expands to ""). ${NAME:-default} takes
+//     default when NAME is unset or empty, as in the shell (default may not
+//     contain }). Write $${ for a literal ${.
 //     Keys are never expanded. Expansion happens before the value is
 //     converted, so `port: ${PGPORT}` works.
 //   - Durations use Go syntax with a unit: 250ms, 5s, 1m, 1h30m; a bare 0 is
@@ -66,7 +68,10 @@
 //     run time.)
 //   - Server.Port ∈ [1, 65535]; Server.Host ≠ "". Listen is a host:port
 //     address; AdminListen is "" (disabled) or a host:port address different
-//     from Listen.
+//     from Listen. AdminToken is set whenever AdminListen is not a loopback
+//     address (127.0.0.0/8, ::1, localhost).
+//   - LogFormat ∈ {text, json}; LogLevel ∈ {debug, info, warn, error};
+//     LogPinsOver ≥ 0 (0 = pins are not logged).
 //   - TLS is nil or has both CertFile and KeyFile (paths are kept as written,
 //     not checked for existence and not resolved against the config's
 //     directory).

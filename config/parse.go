@@ -408,12 +408,16 @@ func expand(s string, getenv func(string) (string, bool)) (out string, msg strin
 			return "", "unterminated ${ (write ${NAME}, or $${ for a literal ${)"
 		}
 		name := s[i+2 : i+2+end]
+		name, def, hasDef := strings.Cut(name, ":-")
 		if !validVarName(name) {
-			return "", "invalid environment variable reference: ${ must be followed by a name made of letters, digits and _ and then } (write $${ for a literal ${)"
+			return "", "invalid environment variable reference: ${ must be followed by a name made of letters, digits and _ and then } or :-default} (write $${ for a literal ${)"
 		}
 		v, ok := getenv(name)
+		if hasDef && v == "" {
+			v, ok = def, true // as in the shell: unset or empty takes the default
+		}
 		if !ok {
-			return "", fmt.Sprintf("environment variable %s is not set", name)
+			return "", fmt.Sprintf("environment variable %s is not set (write ${%s:-default} for a default)", name, name)
 		}
 		b.WriteString(v)
 		i += 2 + end + 1

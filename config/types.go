@@ -19,6 +19,9 @@ type Config struct {
 	MaxClientConnections   int           // max_client_connections: clients over all applications
 	EventLoops             int           // event_loops: loops running the sessions (0: GOMAXPROCS)
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
+	LogFormat              string        // log_format: text | json
+	LogLevel               string        // log_level: debug | info | warn | error
+	LogPinsOver            time.Duration // log_pins_over: a pin held longer than this is logged once (0 = off)
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,11 @@ func (p *parser) validate(c *Config) {
 
 	if c.AdminListen != "" && c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		p.errorf(top.lineOf("admin_listen"), "admin_listen must differ from listen (both are %s)", p.quote(top, "admin_listen", c.AdminListen))
+	}
+
+	if c.AdminListen != "" && c.AdminToken == "" && !loopbackAddr(c.AdminListen) {
+		p.errorf(top.lineOf("admin_listen"), "admin_listen %s is not a loopback address, so admin_token is required "+
+			"(/debug/* shows client addresses, locks and profiles); set admin_token, or listen on 127.0.0.1", p.quote(top, "admin_listen", c.AdminListen))
 	}
 
 	if c.TLS != nil {
@@ -215,4 +221,19 @@ func (p *parser) quote(s *section, key, val string) string {
 		return strconv.Quote(truncate(n.Value, 60)) + " (after ${} expansion)"
 	}
 	return strconv.Quote(truncate(val, 60))
+}
+
+// loopbackAddr reports whether the host of a host:port address can only be
+// reached from this machine: localhost or a loopback IP. An empty host
+// (":9930") listens on every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -72,6 +72,9 @@ func (d *dbState) setReady(v bool) {
 // listen keeps one LISTEN connection for the database until the store
 // closes, fanning notifications out to waiters by lease name. After every
 // (re)connect all waiters are woken, since a release may have gone unheard.
+// A lost connection is logged once ("lost", then "back" when it is
+// listening again); while it is lost and no one waits, the goroutine ends
+// and the next waiter starts it again.
 func (s *Store) listen(d *dbState) {
 	backoff := 100 * time.Millisecond
 	for s.ctx.Err() == nil {
@@ -80,6 +83,10 @@ func (s *Store) listen(d *dbState) {
 			_, err = c.Exec(s.ctx, "LISTEN "+s.names.qchannel)
 			if err == nil {
 				backoff = 100 * time.Millisecond
+				if d.lost {
+					d.lost = false
+					s.log.Info("lockpool: lease LISTEN connection back", "database", d.name)
+				}
 				d.setReady(true)
 				d.wakeAll()
 				err = s.listenLoop(c, d)
@@ -90,8 +97,16 @@ func (s *Store) listen(d *dbState) {
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("lockpool: lease LISTEN connection lost; waiters poll until it is back", "database", d.name, "err", err)
+		if !d.lost {
+			d.lost = true
+			s.log.Warn("lockpool: lease LISTEN connection lost; waiters poll until it is back", "database", d.name, "err", err)
+		} else {
+			s.log.Debug("lockpool: lease LISTEN connection still down", "database", d.name, "err", err)
+		}
 		d.wakeAll()
+		if s.stopListening(d) {
+			return
+		}
 		select {
 		case <-s.ctx.Done():
 			return
@@ -99,6 +114,22 @@ func (s *Store) listen(d *dbState) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// stopListening ends the LISTEN goroutine of d when no one waits: it
+// reports true after marking d not started, so the next addWaiter starts a
+// new one (addWaiter registers its waiter before it looks at started).
+func (s *Store) stopListening(d *dbState) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.lmu.Lock()
+	n := len(d.waiters)
+	d.lmu.Unlock()
+	if n > 0 {
+		return false
+	}
+	d.started = false
+	return true
 }
 
 func (s *Store) listenLoop(c *pgx.Conn, d *dbState) error {

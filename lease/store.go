@@ -95,6 +95,9 @@ type dbState struct {
 	migrated atomic.Bool
 
 	started bool // LISTEN goroutine started (guarded by Store.mu)
+	// lost: the LISTEN connection was lost and is not back yet. Only the
+	// LISTEN goroutine uses it (one at a time: started orders them).
+	lost bool
 
 	lmu     sync.Mutex
 	waiters map[string]map[*waiter]struct{}

@@ -52,7 +52,15 @@
 //     _count is the number of acquires and the low bucket the share served
 //     at once; dial time is not included),
 //   - lockpool_pin_waits_total{app,outcome} (counter, outcome
-//     immediate|waited|timeout|canceled).
+//     immediate|waited|timeout|canceled),
+//   - lockpool_pool_wait_timeouts_total{app} (counter: Acquires that gave
+//     up after wait_timeout),
+//   - lockpool_pool_max_connections{app} and lockpool_pool_max_pinned{app}
+//     (gauges: the budgets as configured now, read at scrape time, so alerts
+//     can compare use with them),
+//   - lockpool_server_unreachable (gauge: 1 from a dial that found
+//     PostgreSQL unreachable until one succeeds; see [Manager.ServerReached],
+//     which also logs the start and the end of such an outage once each).
 //
 // Per-application metric children are looked up once, when the application
 // is added, never on the hot path.

@@ -23,20 +23,29 @@ var pinOutcomeNames = [numPinOutcomes]string{"immediate", "waited", "timeout", "
 var waitBuckets = []float64{0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 type metrics struct {
-	wait *prometheus.HistogramVec
-	pins *prometheus.CounterVec
+	wait         *prometheus.HistogramVec
+	pins         *prometheus.CounterVec
+	waitTimeouts *prometheus.CounterVec
+	unreachable  prometheus.Gauge
 }
 
 // appMetrics holds one application's precomputed children; the zero value
 // (no registerer) does nothing.
 type appMetrics struct {
-	wait prometheus.Observer
-	pins [numPinOutcomes]prometheus.Counter
+	wait         prometheus.Observer
+	pins         [numPinOutcomes]prometheus.Counter
+	waitTimeouts prometheus.Counter
 }
 
 func (am *appMetrics) observeWait(d time.Duration) {
 	if am.wait != nil {
 		am.wait.Observe(d.Seconds())
+	}
+}
+
+func (am *appMetrics) waitTimedOut() {
+	if am.waitTimeouts != nil {
+		am.waitTimeouts.Inc()
 	}
 }
 
@@ -58,7 +67,12 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 			Help: "Pin slot requests by outcome: immediate, waited, timeout, canceled.",
 		}, []string{"app", "outcome"}),
 	}
-	cs := []prometheus.Collector{mt.wait, mt.pins, &connCollector{m: m}}
+	mt.waitTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockpool_pool_wait_timeouts_total",
+		Help: "Acquires that waited wait_timeout for a server connection and gave up (the client got 53300).",
+	}, []string{"app"})
+	mt.unreachable = newUnreachableGauge()
+	cs := []prometheus.Collector{mt.wait, mt.pins, mt.waitTimeouts, mt.unreachable, &connCollector{m: m}}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, r := range cs[:i] {
@@ -71,26 +85,41 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 }
 
 func (mt *metrics) forApp(app string) appMetrics {
-	am := appMetrics{wait: mt.wait.WithLabelValues(app)}
+	am := appMetrics{wait: mt.wait.WithLabelValues(app), waitTimeouts: mt.waitTimeouts.WithLabelValues(app)}
 	for i := range am.pins {
 		am.pins[i] = mt.pins.WithLabelValues(app, pinOutcomeNames[i])
 	}
 	return am
 }
 
-var connDesc = prometheus.NewDesc("lockpool_server_connections",
-	"Server connections opened by the pools, by application and state (idle|active; active = open - idle).",
-	[]string{"app", "state"}, nil)
+var (
+	connDesc = prometheus.NewDesc("lockpool_server_connections",
+		"Server connections opened by the pools, by application and state (idle|active; active = open - idle).",
+		[]string{"app", "state"}, nil)
+	maxConnDesc = prometheus.NewDesc("lockpool_pool_max_connections",
+		"The application's max_connections (its budget of server connections), as configured now.",
+		[]string{"app"}, nil)
+	maxPinnedDesc = prometheus.NewDesc("lockpool_pool_max_pinned",
+		"The application's max_pinned (its pin slots), as configured now.",
+		[]string{"app"}, nil)
+)
 
-// connCollector reads the counts under the manager's lock at scrape time.
+// connCollector reads the counts and the budgets under the manager's lock
+// at scrape time.
 type connCollector struct{ m *Manager }
 
-func (cc *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- connDesc }
+func (cc *connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connDesc
+	ch <- maxConnDesc
+	ch <- maxPinnedDesc
+}
 
 func (cc *connCollector) Collect(ch chan<- prometheus.Metric) {
 	type row struct {
-		app          string
-		idle, active int
+		app              string
+		idle, active     int
+		maxConn, maxPins int
+		removed          bool
 	}
 	m := cc.m
 	m.mu.Lock()
@@ -99,11 +128,15 @@ func (cc *connCollector) Collect(ch chan<- prometheus.Metric) {
 		if a.removed && a.open == 0 {
 			continue
 		}
-		rows = append(rows, row{a.name, a.idleN, a.open - a.idleN})
+		rows = append(rows, row{a.name, a.idleN, a.open - a.idleN, a.cfg.MaxConnections, a.cfg.MaxPinned, a.removed})
 	}
 	m.mu.Unlock()
 	for _, r := range rows {
 		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(r.idle), r.app, "idle")
 		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(r.active), r.app, "active")
+		if !r.removed {
+			ch <- prometheus.MustNewConstMetric(maxConnDesc, prometheus.GaugeValue, float64(r.maxConn), r.app)
+			ch <- prometheus.MustNewConstMetric(maxPinnedDesc, prometheus.GaugeValue, float64(r.maxPins), r.app)
+		}
 	}
 }

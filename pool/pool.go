@@ -91,6 +91,7 @@ type Manager struct {
 	headsBuf []*waiter
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
+	reach   reachability
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -333,6 +334,7 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 			a.am.observeWait(waited)
 			if err != nil {
 				if errors.Is(err, ErrWaitTimeout) {
+					a.am.waitTimedOut()
 					err = fmt.Errorf("%w (application %q, waited %s)", ErrWaitTimeout, app, timeout)
 				}
 				return nil, err
@@ -595,6 +597,9 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	c, err := m.dialRetrying(ctx, srv, cfg, database)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
+	}
+	if ctx.Err() == nil {
+		m.ServerReached("pool", err)
 	}
 	if err != nil {
 		m.mu.Lock()

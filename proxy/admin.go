@@ -109,6 +109,9 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	pc.ConnectTimeout = time.Second
 	pc.RuntimeParams = map[string]string{"application_name": "lockpool-admin"}
 	c, err := pgconn.ConnectConfig(ctx, pc)
+	if ctx.Err() == nil {
+		s.pool.ServerReached("lockpool", err)
+	}
 	if err != nil {
 		return nil, err
 	}

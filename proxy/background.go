@@ -2,17 +2,22 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// startBackground starts the leak sweep.
+// startBackground starts the leak sweep and the long-pin log.
 func (s *Server) startBackground() {
-	s.sweeper.Add(1)
+	s.sweeper.Add(2)
 	go func() {
 		defer s.sweeper.Done()
 		s.sweepLoop(s.baseCtx)
+	}()
+	go func() {
+		defer s.sweeper.Done()
+		s.pinLogLoop(s.baseCtx)
 	}()
 }
 
@@ -20,6 +25,7 @@ func (s *Server) startBackground() {
 // unpinned server connections that hold advisory locks (taken where the
 // lexer cannot see, such as inside a function) are closed.
 func (s *Server) sweepLoop(ctx context.Context) {
+	failing := false
 	for {
 		iv := s.rc.Load().cfg.LeakCheckInterval
 		if iv <= 0 {
@@ -41,8 +47,19 @@ func (s *Server) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.SweepLeaks(ctx); err != nil && ctx.Err() == nil {
+		_, err := s.SweepLeaks(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil && !failing:
+			// Once per run of failures: an outage is also logged (once) as
+			// "PostgreSQL unreachable".
+			failing = true
 			s.log.Warn("leak sweep failed", "err", err)
+		case err != nil:
+			s.log.Debug("leak sweep failed again", "err", err)
+		case failing:
+			failing = false
+			s.log.Info("leak sweep works again")
 		}
 	}
 }
@@ -66,7 +83,7 @@ func (s *Server) SweepLeaks(ctx context.Context) (int, error) {
 		b.WriteString(")")
 		rows, err := s.health.query(ctx, s, b.String())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("querying pg_locks on lockpool's own connection: %w", err)
 		}
 		leaked := make(map[uint32]bool, len(rows))
 		for _, r := range rows {

@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/lockpool/lockpool/rewrite"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics holds the collectors the proxy owns. With a nil Registerer they
 // still work, unregistered.
@@ -50,8 +53,15 @@ func (m *metrics) bindApp(a *appState) {
 	a.prepEvict = m.prepared.WithLabelValues(a.cfg.Name, "eviction")
 	a.pinnedGauge = m.pinned
 	a.rejectedVec = m.rejected
-	// Make the series visible at zero.
-	m.pinned.WithLabelValues(a.cfg.Name, "advisory_lock")
+	// Make every series visible at zero from the start, so dashboards and
+	// alerts see 0 rather than no data.
+	for _, reason := range probeReasons {
+		m.pinned.WithLabelValues(a.cfg.Name, reason)
+	}
+	for f := rewrite.AdvisoryLock; f.SessionAcquire(); f++ {
+		c := m.rejected.WithLabelValues(a.cfg.Name, f.String())
+		a.rejectedCache.Store(f.String(), c)
+	}
 }
 
 func (a *appState) rejected(fn string) {

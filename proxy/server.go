@@ -76,6 +76,10 @@ type Server struct {
 	authq   authLookup
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
 	startupChecks startupChecks
+	loginLog      loginLimiter // rate limit of the failed-login lines (loginlog.go)
+	// started is the config New was given: what the listeners, TLS and the
+	// lease store keep using until a restart (see restartKeys).
+	started *config.Config
 
 	rc atomic.Pointer[runtimeConfig]
 
@@ -116,6 +120,7 @@ func New(opts Options) (*Server, error) {
 		sessions: make(map[uint32]*session),
 		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
+		started:  opts.Config,
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
@@ -259,17 +264,25 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 }
 
 // Reload applies a new configuration: budgets, policies and users. Connected
-// clients stay connected; the listen addresses and TLS files are not
-// reloaded (restart for those).
-func (s *Server) Reload(cfg *config.Config) error {
+// clients stay connected. It returns the keys whose value differs from the
+// one lockpool started with and that a reload cannot apply fully (listen
+// addresses, TLS files, what the lease store was built with; see
+// restartKeys), and logs them.
+func (s *Server) Reload(cfg *config.Config) ([]string, error) {
 	rc, err := s.buildRuntime(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	restart := restartKeys(s.started, cfg)
 	s.rc.Store(rc)
 	s.pool.Reconfigure(cfg.Server, s.poolApps(cfg))
-	s.log.Info("configuration reloaded", "applications", len(cfg.Applications), "users", len(cfg.Users))
-	return nil
+	if len(restart) > 0 {
+		s.log.Warn("configuration reloaded; changed keys take full effect only after a restart",
+			"applications", len(cfg.Applications), "users", len(cfg.Users), "restart_needed", strings.Join(restart, ","))
+	} else {
+		s.log.Info("configuration reloaded", "applications", len(cfg.Applications), "users", len(cfg.Users))
+	}
+	return restart, nil
 }
 
 // Serve accepts clients on ln until Shutdown. It returns nil after Shutdown.

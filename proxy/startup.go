@@ -84,7 +84,7 @@ func (s *Server) handleConn(nc net.Conn) {
 			pe.Severity = "FATAL"
 			_, _ = conn.Write(appendError(buf, 'E', pe))
 		}
-		s.log.Debug("login failed", "remote", nc.RemoteAddr().String(), "user", pkt.params["user"], "err", err)
+		s.logLoginFailure(nc.RemoteAddr().String(), pkt.params["user"], pkt.params["database"], err)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})

@@ -1,5 +1,5 @@
 // Command lockpool runs the lockpool PostgreSQL proxy: flags, config,
-// signals (SIGTERM drains, SIGHUP reloads), and nothing else.
+// logging, signals (SIGTERM drains, SIGHUP reloads), and nothing else.
 package main
 
 import (
@@ -23,34 +23,80 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+// flags are lockpool's command-line flags.
+type flags struct {
+	config  string
+	check   bool
+	debug   bool
+	version bool
+}
+
+// newFlagSet declares every flag; -help prints them all.
+func newFlagSet(f *flags) *flag.FlagSet {
 	fs := flag.NewFlagSet("lockpool", flag.ContinueOnError)
+	fs.StringVar(&f.config, "config", "config.yaml", "path of the YAML config")
+	fs.BoolVar(&f.check, "check", false, "validate the config, print every problem with its file and line, and exit (0: valid)")
+	fs.BoolVar(&f.debug, "debug", false, "log at debug level, whatever log_level says")
+	fs.BoolVar(&f.version, "version", false, "print the version, VCS revision and Go version, and exit")
+	fs.Usage = func() {} // run prints the usage itself: to stdout for -help, a hint to stderr for a mistake
+	return fs
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: lockpool [flags]\n\n"+
+		"lockpool is a PostgreSQL transaction-pooling proxy. It reads its configuration from -config\n"+
+		"(see README.md); SIGTERM drains and exits, SIGHUP reloads the configuration.\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// run is lockpool's main: exit status 0 (done), 1 (config or startup
+// failure) or 2 (bad command line).
+func run(args []string, stdout, stderr io.Writer) int {
+	var f flags
+	fs := newFlagSet(&f)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "config.yaml", "path of the YAML config")
-	check := fs.Bool("check", false, "validate the config and exit")
-	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return 0
+		}
+		fmt.Fprintln(stderr, "Run lockpool -help for the list of flags.")
 		return 2
 	}
-	cfg, err := config.Load(*path)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lockpool: unexpected argument %q: lockpool takes flags only (run lockpool -help)\n", fs.Arg(0))
+		return 2
+	}
+	bi := readBuildInfo()
+	if f.version {
+		fmt.Fprintln(stdout, bi.String())
+		return 0
+	}
+	cfg, err := config.Load(f.config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if *check {
-		fmt.Fprintf(stderr, "%s: ok\n", *path)
+	if f.check {
+		fmt.Fprintf(stderr, "%s: ok\n", f.config)
 		return 0
 	}
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
+	level := new(slog.LevelVar)
+	setLevel := func(cfg *config.Config) {
+		l, err := proxy.ParseLevel(cfg.LogLevel)
+		if err != nil || f.debug {
+			l = slog.LevelDebug
+		}
+		level.Set(l)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	setLevel(cfg)
+	log := proxy.NewLogger(stderr, cfg.LogFormat, level)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), bi.collector())
 	srv, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Registerer: reg})
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -62,21 +108,24 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	var admin *http.Server
+	adminAddr := ""
 	if cfg.AdminListen != "" {
 		aln, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
 			log.Error("cannot listen (admin)", "addr", cfg.AdminListen, "err", err)
 			return 1
 		}
+		adminAddr = aln.Addr().String()
 		admin = &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
 	}
-	log.Info("lockpool listening", "addr", ln.Addr().String(), "admin", cfg.AdminListen)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	log.Info("lockpool listening", "addr", ln.Addr().String(), "admin", adminAddr, "version", bi.Version, "revision", bi.Revision)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for {
 		select {
 		case err := <-served:
@@ -87,14 +136,16 @@ func run(args []string, stderr io.Writer) int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				ncfg, err := config.Load(*path)
+				ncfg, err := config.Load(f.config)
 				if err != nil {
 					log.Error("reload failed; keeping the old config", "err", err)
 					continue
 				}
-				if err := srv.Reload(ncfg); err != nil {
+				if _, err := srv.Reload(ncfg); err != nil {
 					log.Error("reload failed; keeping the old config", "err", err)
+					continue
 				}
+				setLevel(ncfg)
 				continue
 			}
 			log.Info("shutting down", "signal", sig.String(), "timeout", srv.Config().ShutdownTimeout)

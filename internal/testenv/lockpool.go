@@ -149,8 +149,8 @@ func StartConfig(t *testing.T, cfg *config.Config) *Lockpool {
 }
 
 // StartYAML runs lockpool in-process from a whole YAML configuration,
-// logging at debug level into the returned buffer (and to stderr when
-// LOCKPOOL_TEST_LOG is set).
+// logging at debug level in its log_format into the returned buffer (and to
+// stderr when LOCKPOOL_TEST_LOG is set).
 func StartYAML(t *testing.T, yaml string) (*Lockpool, *LogBuffer) {
 	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), "test.yaml", nil)
@@ -158,7 +158,7 @@ func StartYAML(t *testing.T, yaml string) (*Lockpool, *LogBuffer) {
 		t.Fatalf("config: %v\n%s", err, yaml)
 	}
 	log := &LogBuffer{Echo: os.Getenv("LOCKPOOL_TEST_LOG") != ""}
-	return startServer(t, cfg, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))), log
+	return startServer(t, cfg, proxy.NewLogger(log, cfg.LogFormat, slog.LevelDebug)), log
 }
 
 func startServer(t *testing.T, cfg *config.Config, logger *slog.Logger) *Lockpool {
