@@ -100,6 +100,7 @@ func TestFull(t *testing.T) {
 		IdleTransactionTimeout: 2 * time.Minute,
 		MaxMessageSize:         1 << 20,
 		MaxClientConnections:   10000,
+		AdminUsers:             " worker ,app,",
 		TLS:                    &TLS{CertFile: "/etc/lockpool/server.crt", KeyFile: "/etc/lockpool/server.key"},
 		Server: Server{
 			Host: "/var/run/postgresql", Port: 5433, MaxConnections: 50,
@@ -118,6 +119,16 @@ func TestFull(t *testing.T) {
 		Path:   "testdata/good/full.yaml",
 	}
 	diffConfig(t, c, want)
+
+	// admin_users is read as a comma-separated list.
+	for _, tc := range []struct {
+		user  string
+		admin bool
+	}{{"worker", true}, {"app", true}, {"", false}, {"work", false}, {"nobody", false}} {
+		if got := c.IsAdmin(tc.user); got != tc.admin {
+			t.Errorf("IsAdmin(%q) = %v, want %v", tc.user, got, tc.admin)
+		}
+	}
 
 	// Match uses the parsed applications.
 	for _, tc := range []struct{ user, db, app string }{

@@ -105,6 +105,9 @@ var keys = []key{
 	{path: "admin_token", kind: kindString, def: "",
 		meaning: "when set, `/debug/*` needs `Authorization: Bearer <token>` (`/metrics`, `/up`, `/health/ready` stay open)",
 		at:      func(c any) any { return &c.(*Config).AdminToken }},
+	{path: "admin_users", kind: kindString, def: "",
+		meaning: "comma-separated users (each listed under `users`) who may log in to the admin console, the virtual database `lockpool` on the client port",
+		at:      func(c any) any { return &c.(*Config).AdminUsers }},
 
 	{path: "tls", kind: kindSection, optional: true,
 		empty:   "tls is empty: set cert_file and key_file, or remove tls to serve without TLS",

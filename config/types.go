@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Config is the whole parsed and validated configuration. Other packages
 // receive the plain structs below; only this package reads YAML. Each
@@ -18,6 +21,7 @@ type Config struct {
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01
 	MaxClientConnections   int           // max_client_connections: clients over all applications
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
+	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool)
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User
@@ -93,6 +97,27 @@ func (c *Config) Match(user, database string) (app *Application, ok bool) {
 		}
 	}
 	return nil, false
+}
+
+// IsAdmin reports whether user is listed in admin_users.
+func (c *Config) IsAdmin(user string) bool {
+	for _, name := range c.AdminUserList() {
+		if name == user {
+			return true
+		}
+	}
+	return false
+}
+
+// AdminUserList returns the names admin_users lists, without blanks.
+func (c *Config) AdminUserList() []string {
+	var out []string
+	for _, f := range strings.Split(c.AdminUsers, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // UserByName returns the configured user with that name.

@@ -56,6 +56,12 @@ func (p *parser) validate(c *Config) {
 		}
 	}
 
+	for _, name := range c.AdminUserList() {
+		if _, ok := c.UserByName(name); !ok && !top.failed["admin_users"] {
+			p.errorf(top.lineOf("admin_users"), "admin_users: user %q is not defined under users (admin console users log in with a configured password)", name)
+		}
+	}
+
 	// Applications.
 	if len(c.Applications) == 0 && !apps.bad {
 		p.errorf(apps.line, "at least one application is required under applications (name and user)")
