@@ -84,6 +84,7 @@ type Manager struct {
 	closed   bool
 	params   map[paramsKey]map[string]string
 	headsBuf []*waiter
+	pause    pauseState // PAUSE / RESUME (pause.go)
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	log     *slog.Logger
@@ -109,9 +110,10 @@ type appPool struct {
 	closing  int
 	idle     map[string]*idleStack // by database; most recently used on top
 
-	waiters    waitQueue
-	pinHeld    int
-	pinWaiters waitQueue
+	waiters      waitQueue
+	pauseWaiters waitQueue // Acquire calls waiting for RESUME (pause.go)
+	pinHeld      int
+	pinWaiters   waitQueue
 
 	am appMetrics
 }
@@ -137,6 +139,7 @@ type waiter struct {
 	ch         chan grant // buffered 1; sent under the lock when dequeued
 	prev, next *waiter
 	queued     bool
+	since      time.Time // when it started waiting (SHOW POOLS' maxwait)
 }
 
 type waitQueue struct {
@@ -271,7 +274,10 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 // errors.As) and its slot is freed. Dial time is bounded by ctx and
 // server.connect_timeout, not by WaitTimeout.
 func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, error) {
-	var waited time.Duration
+	waited, err := m.waitResumed(ctx, app, database)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		m.mu.Lock()
 		if m.closed {
@@ -292,7 +298,7 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 			m.mu.Unlock()
 			a.am.observeWait(waited)
 		} else {
-			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1)}
+			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), since: time.Now()}
 			a.waiters.push(w)
 			m.waiting++
 			timeout := a.cfg.WaitTimeout
@@ -1001,7 +1007,7 @@ func (a *appPool) statsLocked() Stats {
 		Open:       a.open,
 		Idle:       a.idleN,
 		InUse:      a.inUse,
-		Waiting:    a.waiters.n,
+		Waiting:    a.waiters.n + a.pauseWaiters.n,
 		Pinned:     a.pinHeld,
 		PinWaiting: a.pinWaiters.n,
 		Dialing:    a.dialing,
