@@ -129,7 +129,7 @@ func (m *Manager) waitResumed(ctx context.Context, app, database string) (time.D
 		m.mu.Unlock()
 		waited := time.Since(start)
 		if err != nil {
-			a.am.observeWait(waited)
+			a.observeWait(waited)
 		}
 		return waited, err
 	}

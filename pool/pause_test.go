@@ -61,6 +61,9 @@ func TestPauseResume(t *testing.T) {
 				t.Fatalf("after Resume: %v", r.err)
 			}
 			m.Release(r.c)
+			if n, d := m.WaitTotals("a"); n != 1 || d < 50*time.Millisecond {
+				t.Fatalf("WaitTotals(a) = %d, %s; want 1 acquire that waited >= 50ms", n, d)
+			}
 			if tc.otherWaits {
 				if tc.otherResumed {
 					r := recv(t, chB)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,6 +117,8 @@ type appPool struct {
 	pinWaiters   waitQueue
 
 	am appMetrics
+	// Every Acquire's wait, for the admin console's SHOW STATS (snapshot.go).
+	waitCount, waitNanos atomic.Int64
 }
 
 type idleStack struct{ conns []*Conn }
@@ -296,7 +299,7 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 		}
 		if ok {
 			m.mu.Unlock()
-			a.am.observeWait(waited)
+			a.observeWait(waited)
 		} else {
 			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), since: time.Now()}
 			a.waiters.push(w)
@@ -308,7 +311,7 @@ func (m *Manager) Acquire(ctx context.Context, app, database string) (*Conn, err
 			var err error
 			g, err = m.wait(ctx, w, timeout)
 			waited += time.Since(start)
-			a.am.observeWait(waited)
+			a.observeWait(waited)
 			if err != nil {
 				if errors.Is(err, ErrWaitTimeout) {
 					err = fmt.Errorf("%w (application %q, waited %s)", ErrWaitTimeout, app, timeout)

@@ -90,5 +90,24 @@ func (m *Manager) IdleConns() []IdleConn {
 	return out
 }
 
+// observeWait records how long an Acquire waited (zero for none).
+func (a *appPool) observeWait(d time.Duration) {
+	a.am.observeWait(d)
+	a.waitCount.Add(1)
+	a.waitNanos.Add(int64(d))
+}
+
+// WaitTotals returns how many Acquire calls app had and how long they
+// waited in all (queued or paused; dials are not counted).
+func (m *Manager) WaitTotals(app string) (acquires int64, waited time.Duration) {
+	m.mu.Lock()
+	a := m.apps[app]
+	m.mu.Unlock()
+	if a == nil {
+		return 0, 0
+	}
+	return a.waitCount.Load(), time.Duration(a.waitNanos.Load())
+}
+
 // Created is when the connection was logged in.
 func (c *Conn) Created() time.Time { return c.created }
