@@ -76,7 +76,7 @@ var keys = []key{
 		meaning: "client-facing address",
 		at:      func(c any) any { return &c.(*Config).Listen }},
 	{path: "admin_listen", kind: kindString, def: "127.0.0.1:9930", check: hostPort(true),
-		meaning: "`/metrics`, `/up`, `/health/ready`, `/debug/locks`, `/debug/pprof/`; `\"\"` turns it off",
+		meaning: "`/metrics`, `/up`, `/health/ready`, `/debug/locks`, the admin views (`/debug/pools`, …), `/debug/pprof/`; `\"\"` turns it off",
 		at:      func(c any) any { return &c.(*Config).AdminListen }},
 	{path: "auth_method", kind: kindEnum, def: "scram-sha-256", options: []string{"scram-sha-256", "md5", "trust"},
 		meaning: "`scram-sha-256`, `md5` or `trust` (trust only when written here)",
