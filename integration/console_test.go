@@ -111,6 +111,10 @@ func startConsoleWorkload(t *testing.T, l *lp) *consoleWorkload {
 	holder := l.connect(t, "app", "appdb")
 	w.leaseID = holder.PgConn().PID()
 	w.lease = mustAcquire(t, holder, "console-lease", 60, 0)
+	// A transaction of the holder leaves an idle server connection of api.
+	if _, err := holder.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
 
 	eventually(t, 20*time.Second, "pgbench clients logged in", func() bool {
 		select {
@@ -201,8 +205,16 @@ func TestConsoleShowCommands(t *testing.T) {
 	if res := show("CLIENTS"); len(res.Rows) != 6 {
 		t.Errorf("SHOW CLIENTS lists %d clients, want 6 (4 pgbench, 2 api)", len(res.Rows))
 	}
-	if row, ok := show("SERVERS").Find("backend_pid", int64(w.pinnedPID)); !ok || row["state"] != "pinned" || row["client_id"] != int64(w.pinnedID) || row["database"] != "appdb" {
+	servers := show("SERVERS")
+	if row, ok := servers.Find("backend_pid", int64(w.pinnedPID)); !ok || row["state"] != "pinned" || row["client_id"] != int64(w.pinnedID) || row["database"] != "appdb" {
 		t.Errorf("SHOW SERVERS row of backend %d = %v", w.pinnedPID, row)
+	}
+	if row, ok := servers.Find("state", "idle"); !ok || row["application"] != "api" || row["client_id"] != nil ||
+		row["idle_since"] == nil || !strings.HasPrefix(row["client_addr"].(string), "127.0.0.1:") {
+		t.Errorf("SHOW SERVERS idle row = %v (all: %v), want api's idle connection", row, servers.Rows)
+	}
+	if row, _ := show("POOLS").Find("application", "api"); row["sv_idle"] != int64(1) {
+		t.Errorf("SHOW POOLS api sv_idle = %v, want 1", row["sv_idle"])
 	}
 
 	// PINS and LOCKS: the advisory lock.
@@ -217,10 +229,22 @@ func TestConsoleShowCommands(t *testing.T) {
 		t.Errorf("SHOW LOCKS row of key %s = %v", key, row)
 	}
 
+	if res, err := l.PsqlConsole(ctx, testenv.AdminUser, "SHOW PINS"); err != nil {
+		t.Fatal(err)
+	} else if row, ok := res.Find("client_id", strconv.Itoa(int(w.pinnedID))); !ok || row["reason"] != "advisory_lock" || row["keys"] != key {
+		t.Errorf("psql SHOW PINS = %v", res.Rows)
+	}
+
 	// LEASES: the held lease.
 	if row, ok := show("LEASES").Find("name", "console-lease"); !ok || row["token"] != w.lease || row["client_id"] != int64(w.leaseID) ||
 		row["application"] != "api" || row["database"] != "appdb" || row["ttl_seconds"] != float64(60) {
 		t.Errorf("SHOW LEASES row = %v, want token %d of client %d", row, w.lease, w.leaseID)
+	}
+
+	if res, err := l.PsqlConsole(ctx, testenv.AdminUser, "SHOW LEASES"); err != nil {
+		t.Fatal(err)
+	} else if row, ok := res.Find("name", "console-lease"); !ok || row["token"] != strconv.FormatInt(w.lease, 10) || row["application"] != "api" {
+		t.Errorf("psql SHOW LEASES = %v", res.Rows)
 	}
 
 	// STATS: pgbench's traffic is counted.
@@ -481,6 +505,10 @@ func TestConsoleRefusals(t *testing.T) {
 	if pe := pgErr(t, err, "0A000"); !strings.Contains(pe.Message, "simple query protocol") {
 		t.Errorf("extended protocol: %q", pe.Message)
 	}
+	// SET, which drivers send when they connect, is accepted and ignored.
+	if tag, err := admin.Exec(ctx, "SET application_name = 'x'"); err != nil || tag.String() != "SET" {
+		t.Errorf("SET: %v %v", tag, err)
+	}
 	// Still usable.
 	if res, err := testenv.ConsoleQuery(ctx, admin, "SHOW VERSION"); err != nil || len(res.Rows) != 1 {
 		t.Fatalf("SHOW VERSION after errors: %v %v", res, err)
@@ -489,66 +517,82 @@ func TestConsoleRefusals(t *testing.T) {
 
 // TestConsoleReloadShutdown: RELOAD applies the edited file (and keeps the
 // old configuration when the file is bad); SHUTDOWN ends client sessions
-// with 57P01 and stops accepting.
+// with 57P01 and stops accepting; from pgx and from psql.
 func TestConsoleReloadShutdown(t *testing.T) {
 	t.Parallel()
-	c := pgtest.Require(t)
-	path := filepath.Join(t.TempDir(), "lockpool.yaml")
-	yaml := testenv.ConsoleYAML(c, 10, "", defaultApp().app())
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := startLockpoolConfig(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	admin := l.ConsoleConnect(t, testenv.AdminUser)
-	waitTimeout := func() any {
-		res, err := testenv.ConsoleQuery(ctx, admin, "SHOW APPLICATIONS")
-		if err != nil {
-			t.Fatal(err)
-		}
-		row, _ := res.Find("application", "api")
-		return row["wait_timeout"]
-	}
-	if got := waitTimeout(); got != "5s" {
-		t.Fatalf("wait_timeout %v before reload", got)
-	}
-	if err := os.WriteFile(path, []byte(strings.Replace(yaml, "wait_timeout: 5s", "wait_timeout: 7s", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "RELOAD"); err != nil {
-		t.Fatal(err)
-	}
-	if got := waitTimeout(); got != "7s" {
-		t.Fatalf("wait_timeout %v after RELOAD, want 7s", got)
-	}
-	if err := os.WriteFile(path, []byte("listen: [\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.Exec(ctx, "RELOAD")
-	if pe := pgErr(t, err, "F0000"); !strings.Contains(pe.Message, "keeping the old configuration") {
-		t.Errorf("bad RELOAD: %q", pe.Message)
-	}
-	if got := waitTimeout(); got != "7s" {
-		t.Fatalf("wait_timeout %v after a failed RELOAD, want 7s", got)
-	}
+	for _, via := range []string{"pgx", "psql"} {
+		t.Run(via, func(t *testing.T) {
+			c := pgtest.Require(t)
+			path := filepath.Join(t.TempDir(), "lockpool.yaml")
+			yaml := testenv.ConsoleYAML(c, 10, "", defaultApp().app())
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := startLockpoolConfig(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			admin := l.ConsoleConnect(t, testenv.AdminUser)
+			run := func(cmd string) error {
+				if via == "psql" {
+					_, err := l.PsqlConsole(ctx, testenv.AdminUser, cmd)
+					return err
+				}
+				_, err := admin.Exec(ctx, cmd)
+				return err
+			}
+			waitTimeout := func() any {
+				res, err := testenv.ConsoleQuery(ctx, admin, "SHOW APPLICATIONS")
+				if err != nil {
+					t.Fatal(err)
+				}
+				row, _ := res.Find("application", "api")
+				return row["wait_timeout"]
+			}
+			if got := waitTimeout(); got != "5s" {
+				t.Fatalf("wait_timeout %v before reload", got)
+			}
+			if err := os.WriteFile(path, []byte(strings.Replace(yaml, "wait_timeout: 5s", "wait_timeout: 7s", 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := run("RELOAD"); err != nil {
+				t.Fatal(err)
+			}
+			if got := waitTimeout(); got != "7s" {
+				t.Fatalf("wait_timeout %v after RELOAD, want 7s", got)
+			}
+			if err := os.WriteFile(path, []byte("listen: [\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err = run("RELOAD")
+			if via == "psql" {
+				if err == nil || !strings.Contains(err.Error(), "keeping the old configuration") {
+					t.Errorf("psql RELOAD of a bad file: %v", err)
+				}
+			} else if pe := pgErr(t, err, "F0000"); !strings.Contains(pe.Message, "keeping the old configuration") {
+				t.Errorf("bad RELOAD: %q", pe.Message)
+			}
+			if got := waitTimeout(); got != "7s" {
+				t.Fatalf("wait_timeout %v after a failed RELOAD, want 7s", got)
+			}
 
-	client := l.connect(t, "app", "appdb")
-	if _, err := admin.Exec(ctx, "SHUTDOWN"); err != nil {
-		t.Fatalf("SHUTDOWN: %v", err)
-	}
-	eventually(t, 10*time.Second, "the idle client is closed", func() bool {
-		_, err := client.Exec(ctx, "SELECT 1")
-		return err != nil
-	})
-	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
-	defer dcancel()
-	if c, err := pgx.Connect(dctx, l.dsn("app", "appdb")); err == nil {
-		_ = c.Close(ctx)
-		t.Fatal("lockpool still accepts clients after SHUTDOWN")
+			client := l.connect(t, "app", "appdb")
+			if err := run("SHUTDOWN"); err != nil {
+				t.Fatalf("SHUTDOWN: %v", err)
+			}
+			eventually(t, 10*time.Second, "the idle client is closed with 57P01", func() bool {
+				_, err := client.Exec(ctx, "SELECT 1")
+				return sqlState(err) == "57P01" || client.IsClosed()
+			})
+			dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+			defer dcancel()
+			if c, err := pgx.Connect(dctx, l.dsn("app", "appdb")); err == nil {
+				_ = c.Close(ctx)
+				t.Fatal("lockpool still accepts clients after SHUTDOWN")
+			}
+		})
 	}
 }

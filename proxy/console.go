@@ -278,6 +278,9 @@ func (c *console) exec(cmd string) (after func(), _ *pgError) {
 		ss.kill(&pgError{Code: "57P01", Message: "lockpool: terminating connection due to administrator command",
 			Detail: "An operator closed this connection with KILL_CLIENT on lockpool's admin console."})
 		s.log.Info("admin console: client killed", "client", ss.remote, "id", id, "user", c.user, "remote", c.remote)
+	case "SET":
+		// Drivers set parameters at connect (JDBC: extra_float_digits,
+		// application_name); the console has none and ignores them.
 	case "SHUTDOWN":
 		if len(args) != 0 {
 			return nil, usage("no argument")
