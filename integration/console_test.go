@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -594,5 +595,55 @@ func TestConsoleReloadShutdown(t *testing.T) {
 				t.Fatal("lockpool still accepts clients after SHUTDOWN")
 			}
 		})
+	}
+}
+
+// TestConsoleShutdownBinary: SHUTDOWN on the lockpool binary drains as
+// SIGTERM does: a running transaction commits, then the process exits 0.
+func TestConsoleShutdownBinary(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Require(t)
+	p := testenv.StartLockpoolProcess(t, func(port int) string {
+		return testenv.ConsoleYAML(c, 10, fmt.Sprintf("listen: 127.0.0.1:%d\nshutdown_timeout: 20s", port), defaultApp().app())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.DSN("app", "appdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one int
+	if err := tx.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	out, err := testenv.PsqlCmd(ctx, p.Port, testenv.AdminUser, "lockpool", "-c", "SHUTDOWN").CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql SHUTDOWN: %v\n%s", err, out)
+	}
+	select {
+	case <-p.Done():
+		t.Fatalf("lockpool exited with a transaction in flight: %v", p.Err())
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("COMMIT after SHUTDOWN: %v", err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lockpool still running 10 s after the last transaction committed")
+	}
+	if p.Err() != nil {
+		t.Fatalf("lockpool exit: %v, want status 0\n%s", p.Err(), p.Log.String())
+	}
+	for _, want := range []string{"admin console: shutting down", "stopped"} {
+		if !strings.Contains(p.Log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, p.Log.String())
+		}
 	}
 }
