@@ -180,7 +180,7 @@ var keys = []key{
 		meaning: "clients logging in as this user belong to this application",
 		at:      func(a any) any { return &a.(*Application).User }},
 	{path: "applications[].database", kind: kindString, shown: "any",
-		meaning: "optional: only clients of this database",
+		meaning: "optional: only clients of this database (not `lockpool`, the admin console's)",
 		at:      func(a any) any { return &a.(*Application).Database }},
 	{path: "applications[].pool_mode", kind: kindEnum, def: "transaction", options: []string{"transaction", "session"},
 		meaning: "`transaction` or `session` (the client keeps its connection)",

@@ -99,6 +99,10 @@ func (c *Config) Match(user, database string) (app *Application, ok bool) {
 	return nil, false
 }
 
+// ConsoleDatabase is the virtual database of lockpool's admin console: a
+// client that asks for it reaches the console, never an application.
+const ConsoleDatabase = "lockpool"
+
 // IsAdmin reports whether user is listed in admin_users.
 func (c *Config) IsAdmin(user string) bool {
 	for _, name := range c.AdminUserList() {

@@ -93,6 +93,9 @@ func (p *parser) validate(c *Config) {
 		case !hasUser(c.Users, a.User) && c.AuthQuery == nil:
 			p.errorf(s.lineOf("user"), "%s: user %q is not defined under users", label, a.User)
 		}
+		if a.Database == ConsoleDatabase {
+			p.errorf(s.lineOf("database"), "%s: database %q is lockpool's admin console; an application cannot use that name", label, a.Database)
+		}
 		if a.User != "" {
 			k := pair{a.User, a.Database}
 			if j, dup := pairs[k]; dup {

@@ -21,7 +21,7 @@ import (
 
 // consoleDatabase is the virtual database of the admin console: a client
 // that asks for it is an operator, never an application.
-const consoleDatabase = "lockpool"
+const consoleDatabase = config.ConsoleDatabase
 
 // consoleMaxMessage bounds a console client's message.
 const consoleMaxMessage = 1 << 20
