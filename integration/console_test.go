@@ -379,6 +379,12 @@ func TestConsolePauseResume(t *testing.T) {
 				t.Fatalf("a transaction of a paused application ran (err %v)", err)
 			case <-time.After(200 * time.Millisecond):
 			}
+			if res, err := testenv.ConsoleQuery(ctx, admin, "SHOW POOLS"); err != nil {
+				t.Fatal(err)
+			} else if row, _ := res.Find("application", "api"); row["maxwait"].(int64)*1e6+row["maxwait_us"].(int64) < 200_000 {
+				t.Fatalf("SHOW POOLS api maxwait %v s %v us, want >= 200 ms", row["maxwait"], row["maxwait_us"])
+			}
+			before := apiWaitTime(t, ctx, admin)
 			if err := tc.resume(); err != nil {
 				t.Fatal(err)
 			}
@@ -390,11 +396,28 @@ func TestConsolePauseResume(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("RESUME did not release the waiting transaction")
 			}
+			if waited := apiWaitTime(t, ctx, admin) - before; waited < 200_000 {
+				t.Errorf("SHOW STATS api total_wait_time grew by %d us, want >= 200 ms", waited)
+			}
 		})
 	}
 	// An unknown application is an error.
 	_, err := admin.Exec(ctx, "PAUSE nosuchapp")
 	pgErr(t, err, "42704")
+}
+
+// apiWaitTime is SHOW STATS' total_wait_time of application api.
+func apiWaitTime(t *testing.T, ctx context.Context, admin *pgx.Conn) int64 {
+	t.Helper()
+	res, err := testenv.ConsoleQuery(ctx, admin, "SHOW STATS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, ok := res.Find("application", "api")
+	if !ok {
+		t.Fatalf("SHOW STATS has no row of api: %v", res.Rows)
+	}
+	return row["total_wait_time"].(int64)
 }
 
 var errSelect7 = errors.New("SELECT 7 returned another value")
