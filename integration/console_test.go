@@ -430,6 +430,7 @@ func TestConsoleKillClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := l.ConsoleConnect(t, testenv.AdminUser)
+	super := superConn(t, "postgres")
 	kill := map[string]func(id uint32) error{
 		"pgx": func(id uint32) error {
 			_, err := admin.Exec(ctx, "KILL_CLIENT "+strconv.Itoa(int(id)))
@@ -445,6 +446,10 @@ func TestConsoleKillClient(t *testing.T) {
 			victim := l.connect(t, "app", "appdb")
 			other := l.connect(t, "app", "appdb")
 			if _, err := victim.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			var backend int
+			if err := victim.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
 				t.Fatal(err)
 			}
 			id := victim.PgConn().PID()
@@ -463,6 +468,11 @@ func TestConsoleKillClient(t *testing.T) {
 				_, found := res.Find("id", int64(id))
 				_, otherFound := res.Find("id", int64(other.PgConn().PID()))
 				return !found && otherFound
+			})
+			// Its server connection, inside the transaction, is destroyed.
+			eventually(t, 5*time.Second, "the killed client's backend ends", func() bool {
+				n, err := countBackends(ctx, super, "pid = "+strconv.Itoa(backend))
+				return err == nil && n == 0
 			})
 			var n int
 			if err := other.QueryRow(ctx, "SELECT 2").Scan(&n); err != nil || n != 2 {
