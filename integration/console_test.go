@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -489,7 +490,7 @@ func TestConsoleKillClient(t *testing.T) {
 // extended protocol 0A000; the console stays usable after each error.
 func TestConsoleRefusals(t *testing.T) {
 	t.Parallel()
-	l := startConsoleLockpool(t)
+	l := wrapLockpool(testenv.StartConsole(t, 10, "admin_token: console-token", defaultApp().app()))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -542,6 +543,29 @@ func TestConsoleRefusals(t *testing.T) {
 	// SET, which drivers send when they connect, is accepted and ignored.
 	if tag, err := admin.Exec(ctx, "SET application_name = 'x'"); err != nil || tag.String() != "SET" {
 		t.Errorf("SET: %v %v", tag, err)
+	}
+	// The JSON views need admin_token like the rest of /debug.
+	for _, tok := range []string{"", "wrong", "console-token"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.admin.URL+"/debug/applications", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []map[string]any
+		decErr := json.NewDecoder(resp.Body).Decode(&rows)
+		resp.Body.Close()
+		switch {
+		case tok != "console-token" && resp.StatusCode != http.StatusUnauthorized:
+			t.Errorf("/debug/applications with token %q: %d, want 401", tok, resp.StatusCode)
+		case tok == "console-token" && (resp.StatusCode != http.StatusOK || decErr != nil || len(rows) != 1 || rows[0]["application"] != "api"):
+			t.Errorf("/debug/applications with the token: %d %v %v", resp.StatusCode, rows, decErr)
+		}
 	}
 	// Still usable.
 	if res, err := testenv.ConsoleQuery(ctx, admin, "SHOW VERSION"); err != nil || len(res.Rows) != 1 {
