@@ -500,8 +500,8 @@ func TestConsoleRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pgx.ConnectConfig(ctx, cfg)
-	if pe := pgErr(t, err, "28000"); !strings.Contains(pe.Message, "admin console") {
-		t.Errorf("non-admin login: %q", pe.Message)
+	if pe := pgErr(t, err, "28000"); !strings.Contains(pe.Message, "admin console") || pe.Severity != "FATAL" {
+		t.Errorf("non-admin login: %s %q", pe.Severity, pe.Message)
 	}
 	out, err := l.psqlCmd(ctx, "app", "lockpool", "-c", "SHOW POOLS").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `user "app" may not use the admin console`) {
