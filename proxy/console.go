@@ -193,8 +193,8 @@ func (c *console) query(sql string) {
 	}
 }
 
-// consoleCommands is the list unknown commands are answered with.
-func (c *console) consoleCommands() string {
+// knownCommands is the list unknown commands are answered with.
+func (c *console) knownCommands() string {
 	return c.srv.viewNames() + ", RELOAD, PAUSE [application], RESUME [application], KILL_CLIENT <id>, SHUTDOWN"
 }
 
@@ -205,7 +205,7 @@ func (c *console) exec(cmd string) (after func(), _ *pgError) {
 	verb := strings.ToUpper(words[0])
 	args := words[1:]
 	usage := func(form string) *pgError {
-		return &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: %s takes %s", verb, form), Hint: "Known commands: " + c.consoleCommands() + "."}
+		return &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: %s takes %s", verb, form), Hint: "Known commands: " + c.knownCommands() + "."}
 	}
 	s := c.srv
 	switch verb {
@@ -234,7 +234,7 @@ func (c *console) exec(cmd string) (after func(), _ *pgError) {
 			return nil, nil
 		}
 		return nil, &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: unknown admin console command \"SHOW %s\"", args[0]),
-			Hint: "Known commands: " + c.consoleCommands() + "."}
+			Hint: "Known commands: " + c.knownCommands() + "."}
 	case "RELOAD":
 		if len(args) != 0 {
 			return nil, usage("no argument")
@@ -295,7 +295,7 @@ func (c *console) exec(cmd string) (after func(), _ *pgError) {
 		}
 	default:
 		return nil, &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: unknown admin console command %q", truncateCommand(cmd)),
-			Hint: "Known commands: " + c.consoleCommands() + "."}
+			Hint: "Known commands: " + c.knownCommands() + "."}
 	}
 	c.buf = wire.AppendCommandComplete(c.buf, verb)
 	return after, nil
