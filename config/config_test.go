@@ -106,6 +106,7 @@ func TestFull(t *testing.T) {
 		LogFormat:              "json",
 		LogLevel:               "debug",
 		LogPinsOver:            30 * time.Second,
+		AdminUsers:             " worker ,app,",
 		TLS:                    &TLS{CertFile: "/etc/lockpool/server.crt", KeyFile: "/etc/lockpool/server.key"},
 		Server: Server{
 			Host: "/var/run/postgresql", Port: 5433, MaxConnections: 50,
@@ -124,6 +125,16 @@ func TestFull(t *testing.T) {
 		Path:   "testdata/good/full.yaml",
 	}
 	diffConfig(t, c, want)
+
+	// admin_users is read as a comma-separated list.
+	for _, tc := range []struct {
+		user  string
+		admin bool
+	}{{"worker", true}, {"app", true}, {"", false}, {"work", false}, {"nobody", false}} {
+		if got := c.IsAdmin(tc.user); got != tc.admin {
+			t.Errorf("IsAdmin(%q) = %v, want %v", tc.user, got, tc.admin)
+		}
+	}
 
 	// Match uses the parsed applications.
 	for _, tc := range []struct{ user, db, app string }{
@@ -507,6 +518,50 @@ func TestLoopbackAddr(t *testing.T) {
 	} {
 		if got := loopbackAddr(tc.addr); got != tc.want {
 			t.Errorf("loopbackAddr(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestSettings: SHOW CONFIG's values, secrets hidden, restart-only keys
+// marked.
+func TestSettings(t *testing.T) {
+	c, err := parseFile(t, "testdata/good/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Setting{}
+	for _, s := range c.Settings() {
+		got[s.Key] = s
+	}
+	for _, tc := range []struct {
+		key, value string
+		reload     bool
+	}{
+		{"listen", "0.0.0.0:7432", false},
+		{"auth_method", "md5", true},
+		{"shutdown_timeout", "1m30s", true},
+		{"max_message_size", "1MB", true},
+		{"admin_users", " worker ,app,", true},
+		{"tls.cert_file", "/etc/lockpool/server.crt", false},
+		{"server.port", "5433", true},
+		{"server.max_lifetime", "2h0m0s", true},
+		{"leases.schema", "lp_leases", false},
+	} {
+		s, ok := got[tc.key]
+		if !ok || s.Value != tc.value || s.Reload != tc.reload {
+			t.Errorf("%s: got %+v (listed %v), want value %q changeable %v", tc.key, s, ok, tc.value, tc.reload)
+		}
+	}
+	if _, ok := got["users[].password"]; ok {
+		t.Error("list items must not be listed")
+	}
+	c.AdminToken = "tok-secret"
+	for _, s := range c.Settings() {
+		if strings.Contains(s.Value, "tok-secret") {
+			t.Fatalf("%s shows the secret", s.Key)
+		}
+		if s.Key == "admin_token" && s.Value != "(set)" {
+			t.Fatalf("admin_token = %q, want (set)", s.Value)
 		}
 	}
 }

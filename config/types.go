@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Config is the whole parsed and validated configuration. Other packages
 // receive the plain structs below; only this package reads YAML. Each
@@ -22,6 +25,7 @@ type Config struct {
 	LogFormat              string        // log_format: text | json
 	LogLevel               string        // log_level: debug | info | warn | error
 	LogPinsOver            time.Duration // log_pins_over: a pin held longer than this is logged once (0 = off)
+	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool)
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User
@@ -98,6 +102,31 @@ func (c *Config) Match(user, database string) (app *Application, ok bool) {
 		}
 	}
 	return nil, false
+}
+
+// ConsoleDatabase is the virtual database of lockpool's admin console: a
+// client that asks for it reaches the console, never an application.
+const ConsoleDatabase = "lockpool"
+
+// IsAdmin reports whether user is listed in admin_users.
+func (c *Config) IsAdmin(user string) bool {
+	for _, name := range c.AdminUserList() {
+		if name == user {
+			return true
+		}
+	}
+	return false
+}
+
+// AdminUserList returns the names admin_users lists, without blanks.
+func (c *Config) AdminUserList() []string {
+	var out []string
+	for _, f := range strings.Split(c.AdminUsers, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // UserByName returns the configured user with that name.

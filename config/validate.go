@@ -62,6 +62,12 @@ func (p *parser) validate(c *Config) {
 		}
 	}
 
+	for _, name := range c.AdminUserList() {
+		if _, ok := c.UserByName(name); !ok && !top.failed["admin_users"] {
+			p.errorf(top.lineOf("admin_users"), "admin_users: user %q is not defined under users (admin console users log in with a configured password)", name)
+		}
+	}
+
 	// Applications.
 	if len(c.Applications) == 0 && !apps.bad {
 		p.errorf(apps.line, "at least one application is required under applications (name and user)")
@@ -92,6 +98,9 @@ func (p *parser) validate(c *Config) {
 			}
 		case !hasUser(c.Users, a.User) && c.AuthQuery == nil:
 			p.errorf(s.lineOf("user"), "%s: user %q is not defined under users", label, a.User)
+		}
+		if a.Database == ConsoleDatabase {
+			p.errorf(s.lineOf("database"), "%s: database %q is lockpool's admin console; an application cannot use that name", label, a.Database)
 		}
 		if a.User != "" {
 			k := pair{a.User, a.Database}

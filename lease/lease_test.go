@@ -195,6 +195,10 @@ func TestAcquireRenewReleaseList(t *testing.T) {
 	if rows, _ := b.List(ctx); len(rows) != 1 || rows[0].Mine {
 		t.Fatalf("b.List = %+v", rows)
 	}
+	// Held reads the same lease from memory, for SHOW LEASES.
+	if h := s.Held(); len(h) != 1 || h[0] != (HeldLease{Database: appDB, Name: "x", Token: t1, Holder: a.Holder(), SessionID: 1, TTL: 10 * time.Second}) {
+		t.Fatalf("Held = %+v", h)
+	}
 	if ok, err := a.Renew(ctx, "x"); !ok || err != nil {
 		t.Fatalf("a.Renew = %v, %v", ok, err)
 	}

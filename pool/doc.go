@@ -39,6 +39,15 @@
 // in-use connections are released: idle excess is closed at once, in-use
 // excess at its Release.
 //
+// # Pause and the admin views
+//
+// Pause (the admin console's PAUSE) makes a paused application's Acquire
+// wait, before it queues, until Resume, its WaitTimeout or its context;
+// connections already handed out are untouched, and an Acquire of an
+// application that is not paused pays one atomic load for the check
+// (pause.go). DatabaseStats, IdleConns and WaitTotals (snapshot.go) give
+// the console's SHOW POOLS, SHOW SERVERS and SHOW STATS their numbers.
+//
 // # Metrics
 //
 // When Options.Registerer is non-nil the Manager registers

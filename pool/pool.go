@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -89,6 +90,7 @@ type Manager struct {
 	closed   bool
 	params   map[paramsKey]map[string]string
 	headsBuf []*waiter
+	pause    pauseState // PAUSE / RESUME (pause.go)
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
@@ -117,11 +119,14 @@ type appPool struct {
 	closing  int
 	idle     map[string]*idleStack // by database; most recently used on top
 
-	waiters    waitQueue
-	pinHeld    int
-	pinWaiters waitQueue
+	waiters      waitQueue
+	pauseWaiters waitQueue // Acquire calls waiting for RESUME (pause.go)
+	pinHeld      int
+	pinWaiters   waitQueue
 
 	am appMetrics
+	// Every Acquire's wait, for the admin console's SHOW STATS (snapshot.go).
+	waitCount, waitNanos atomic.Int64
 }
 
 type idleStack struct{ conns []*Conn }
@@ -146,6 +151,7 @@ type waiter struct {
 	parker     Parker     // when not nil, woken (Unpark) after the send
 	prev, next *waiter
 	queued     bool
+	since      time.Time // when it started waiting (SHOW POOLS' maxwait)
 }
 
 type waitQueue struct {
@@ -301,6 +307,20 @@ type Parker interface {
 // ordinary blocking wait). A dial runs through p.Offload.
 func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Parker) (*Conn, error) {
 	var waited time.Duration
+	if m.pause.on.Load() {
+		// A paused application's callers wait for RESUME (through
+		// p.Offload: the wait is on a channel, not in the caller's loop).
+		var err error
+		wait := func() { waited, err = m.waitResumed(ctx, app, database) }
+		if p != nil {
+			p.Offload(wait)
+		} else {
+			wait()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	for {
 		m.mu.Lock()
 		if m.closed {
@@ -319,9 +339,9 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 		}
 		if ok {
 			m.mu.Unlock()
-			a.am.observeWait(waited)
+			a.observeWait(waited)
 		} else {
-			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), parker: p}
+			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), parker: p, since: time.Now()}
 			a.waiters.push(w)
 			m.waiting++
 			timeout := a.cfg.WaitTimeout
@@ -331,7 +351,7 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 			var err error
 			g, err = m.wait(ctx, w, timeout)
 			waited += time.Since(start)
-			a.am.observeWait(waited)
+			a.observeWait(waited)
 			if err != nil {
 				if errors.Is(err, ErrWaitTimeout) {
 					a.am.waitTimedOut()
@@ -362,7 +382,7 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 func (m *Manager) AcquireIdle(app, database string) *Conn {
 	m.mu.Lock()
 	a := m.apps[app]
-	if m.closed || a == nil || a.removed || a.waiters.n > 0 {
+	if m.closed || a == nil || a.removed || a.waiters.n > 0 || m.pause.on.Load() && m.pausedLocked(app) {
 		m.mu.Unlock()
 		return nil
 	}
@@ -374,7 +394,7 @@ func (m *Manager) AcquireIdle(app, database string) *Conn {
 	c.state = stateInUse
 	a.inUse++
 	m.mu.Unlock()
-	a.am.observeWait(0)
+	a.observeWait(0)
 	if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.alive() {
 		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 		m.Destroy(c)
@@ -1154,7 +1174,7 @@ func (a *appPool) statsLocked() Stats {
 		Open:       a.open,
 		Idle:       a.idleN,
 		InUse:      a.inUse,
-		Waiting:    a.waiters.n,
+		Waiting:    a.waiters.n + a.pauseWaiters.n,
 		Pinned:     a.pinHeld,
 		PinWaiting: a.pinWaiters.n,
 		Dialing:    a.dialing,

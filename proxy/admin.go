@@ -57,6 +57,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	}))
+	s.handleViews(mux)
 	mux.HandleFunc("/debug/pprof/", s.guard(pprof.Index))
 	mux.HandleFunc("/debug/pprof/profile", s.guard(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", s.guard(pprof.Symbol))

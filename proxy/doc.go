@@ -20,6 +20,16 @@
 // relay notifications and to notice the server's death. The session
 // goroutine takes the connection back (stopWatch) before it touches it.
 //
+// A client that asks for the database lockpool is no session: it is an
+// admin console (console.go), served on its connection's goroutine after
+// the same authentication, for users listed in admin_users. It takes no
+// server connection; its views (console_views.go: one function per view,
+// shown by SHOW … and as JSON under /debug/ by console_http.go) read the
+// sessions under the server's lock and each link under the link's lock,
+// and the pool, lease store and traffic counters (appstats.go: atomic
+// counters the sessions add to) through their own locks. KILL_CLIENT
+// ends a session as shutdown does (session.kill).
+//
 // # States of the server link
 //
 //	           attach (pool.Acquire + parameter sync)

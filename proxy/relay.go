@@ -326,6 +326,7 @@ func (s *session) onReady(body []byte) error {
 		}
 	}
 	s.txStatus = body[0]
+	s.app.stats.ready(s.txStatus)
 	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
 	s.emitFront()
 	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0

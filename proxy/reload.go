@@ -27,6 +27,8 @@ func restartKeys(old, cur *config.Config) []string {
 	add((old.TLS == nil) != (cur.TLS == nil) || oldTLS != curTLS, "tls")
 	add(old.LogFormat != cur.LogFormat, "log_format")
 	add(old.InstanceID != cur.InstanceID, "instance_id")
+	add(old.EventLoops != cur.EventLoops, "event_loops")
+	add(old.Server.DialConcurrency != cur.Server.DialConcurrency, "server.dial_concurrency")
 	add(old.Leases.Schema != cur.Leases.Schema, "leases.schema")
 	add(old.Leases.MaxConnections != cur.Leases.MaxConnections, "leases.max_connections")
 	add(old.Server.Host != cur.Server.Host, "server.host")

@@ -56,6 +56,7 @@ type appState struct {
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
 	clientCount   *atomic.Int64
+	stats         *appStats // SHOW STATS counters (appstats.go)
 }
 
 // runtimeConfig is the reloadable part of the configuration.
@@ -103,6 +104,8 @@ type Server struct {
 	// the last session ended); nextLoop spreads new sessions over them.
 	loops    []*evloop.Loop
 	nextLoop atomic.Uint32
+
+	consoles map[*console]struct{} // admin console connections (console.go), under mu
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -251,10 +254,11 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64)}
+		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
 		if old != nil {
 			if prev := old.apps[a.Name]; prev != nil {
 				as.clientCount = prev.clientCount // logged-in clients stay counted across a reload
+				as.stats = prev.stats
 			}
 		}
 		s.metrics.bindApp(as)
@@ -392,6 +396,7 @@ func (s *Server) register(ss *session) bool {
 		}
 	}
 	ss.pid = s.nextPID
+	ss.connected = time.Now()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	ss.secret = binary.BigEndian.Uint32(b[:])
@@ -439,6 +444,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, ss := range list {
 		ss.drain()
 	}
+	s.endConsoles()
 	finished := make(chan struct{})
 	go func() {
 		s.wg.Wait()

@@ -106,6 +106,8 @@ type session struct {
 	lease    LeaseSession
 	virt     map[string]*virtStmt
 	vportals map[string]*virtPortal
+
+	connected time.Time // when it logged in (SHOW CLIENTS)
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -492,6 +494,7 @@ func (s *session) writeServer() error {
 		}
 	}
 	_, err := sc.Net.Write(s.sout)
+	s.app.stats.toServer(len(s.sout))
 	if cap(s.sout) > 64<<10 {
 		s.sout = nil
 	} else {
@@ -528,6 +531,7 @@ func (s *session) flushClient() error {
 		return nil
 	}
 	err := s.out.write(s.cout)
+	s.app.stats.toClient(len(s.cout))
 	if cap(s.cout) > 64<<10 {
 		s.cout = nil
 	} else {

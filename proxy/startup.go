@@ -73,6 +73,10 @@ func (s *Server) handleConn(nc net.Conn) {
 		}
 		return
 	}
+	if pkt.params["database"] == consoleDatabase {
+		s.serveConsole(conn, br, pkt) // the admin console, on this goroutine (console.go)
+		return
+	}
 	ss, err := s.login(conn, br, pkt)
 	if err != nil {
 		var pe *pgError

@@ -133,6 +133,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				log.Error("serve failed", "err", err)
 				return 1
 			}
+			// SHUTDOWN on the admin console: wait until it is done.
+			_ = srv.Shutdown(context.Background())
+			log.Info("stopped")
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {

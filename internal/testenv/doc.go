@@ -12,6 +12,10 @@
 //     ([StartYAML], [UserYAML]); and what a test does with a running one
 //     ([Lockpool]: DSN, URL, Connect, ConnectConfig, PsqlCmd, Metric,
 //     Pinned, Get);
+//   - the admin console: a configuration with an admin user ([AdminUser],
+//     [ConsoleYAML], [StartConsole]) and its commands from pgx and psql
+//     ([Lockpool.ConsoleConnect], [ConsoleQuery], [Lockpool.PsqlConsole],
+//     [ConsoleResult]);
 //   - the password of every test role and user ([Password]), connection
 //     strings and psql commands for a port ([DSN], [PsqlCmd]);
 //   - the lockpool binary, built once per test process ([LockpoolBinary],

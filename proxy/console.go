@@ -1,0 +1,396 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockpool/lockpool/auth"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/pool"
+)
+
+// consoleDatabase is the virtual database of the admin console: a client
+// that asks for it is an operator, never an application.
+const consoleDatabase = config.ConsoleDatabase
+
+// consoleMaxMessage bounds a console client's message.
+const consoleMaxMessage = 1 << 20
+
+// consoleQueryTimeout bounds the PostgreSQL queries behind SHOW LOCKS and
+// SHOW PINS.
+const consoleQueryTimeout = 5 * time.Second
+
+// console is one admin console connection. It runs on its connection's
+// own goroutine until the client leaves or lockpool shuts down; it never
+// takes a server connection from a pool.
+type console struct {
+	srv      *Server
+	user     string
+	remote   string
+	r        *bufio.Reader
+	out      clientOut // also written by Shutdown (its FATAL)
+	buf      []byte
+	skipping bool // an extended-protocol message was refused: ignore until Sync
+}
+
+// serveConsole authenticates a client that asked for the database
+// lockpool and, for a user listed in admin_users, answers its commands.
+func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacket) {
+	user := pkt.params["user"]
+	if err := s.consoleLogin(conn, br, user); err != nil {
+		var pe *pgError
+		if errors.As(err, &pe) {
+			pe.Severity = "FATAL"
+			_, _ = conn.Write(appendError(nil, 'E', pe))
+		}
+		s.log.Info("admin console login refused", "user", user, "remote", conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c := &console{srv: s, user: user, remote: conn.RemoteAddr().String(), r: br}
+	c.out.conn = conn
+	if !s.addConsole(c) {
+		c.out.end(nil, errShutdown())
+		return
+	}
+	defer s.removeConsole(c)
+	s.log.Info("admin console connected", "user", user, "remote", c.remote)
+	if err := c.out.write(consoleStartup()); err != nil {
+		return
+	}
+	c.run()
+}
+
+// consoleLogin authenticates user against the configured users, as a
+// login to an application does, then requires admin_users to list it.
+func (s *Server) consoleLogin(conn net.Conn, br *bufio.Reader, user string) error {
+	rc := s.rc.Load()
+	cred := rc.creds[user]
+	if _, err := auth.Authenticate(&authConn{c: conn, br: br}, rc.cfg.AuthMethod, user, cred); err != nil {
+		var ae *auth.Error
+		if errors.As(err, &ae) {
+			return &pgError{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
+		}
+		return err
+	}
+	if cred == nil {
+		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
+	}
+	if !rc.cfg.IsAdmin(user) {
+		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: user %q may not use the admin console", user),
+			Hint: "List the user in admin_users to let it connect to the database lockpool."}
+	}
+	return nil
+}
+
+// consoleStartup is the answer to a console login: AuthenticationOk, the
+// parameters a client expects, and ReadyForQuery.
+func consoleStartup() []byte {
+	buf := append([]byte(nil), authenticationOk...)
+	for _, p := range [][2]string{
+		{"server_version", "15.0 (lockpool admin console)"}, {"server_encoding", "UTF8"}, {"client_encoding", "UTF8"},
+		{"DateStyle", "ISO, MDY"}, {"TimeZone", "UTC"}, {"integer_datetimes", "on"}, {"standard_conforming_strings", "on"},
+		{"application_name", ""}, {"is_superuser", "off"},
+	} {
+		buf = wire.AppendParameterStatus(buf, p[0], p[1])
+	}
+	buf = append(buf, 'K', 0, 0, 0, 12)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	return wire.AppendReadyForQuery(buf, 'I')
+}
+
+// run reads the client's messages until it leaves: simple queries are
+// answered; the extended protocol gets an error (until Sync).
+func (c *console) run() {
+	for {
+		typ, n, err := wire.ReadHeader(c.r)
+		if err != nil {
+			if errors.Is(err, wire.ErrProtocol) {
+				c.out.end(nil, &pgError{Code: "08P01", Message: "lockpool: " + err.Error()})
+			}
+			return
+		}
+		if n > consoleMaxMessage {
+			c.out.end(nil, &pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: admin console message of %d bytes is too large", n)})
+			return
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(c.r, body); err != nil {
+			return
+		}
+		switch typ {
+		case 'X':
+			c.out.end(nil, nil)
+			return
+		case 'Q':
+			q, err := wire.ParseQuery(body)
+			if err != nil {
+				c.out.end(nil, &pgError{Code: "08P01", Message: "lockpool: " + err.Error()})
+				return
+			}
+			c.skipping = false
+			c.query(string(q.SQL))
+		case 'S':
+			c.skipping = false
+			c.buf = wire.AppendReadyForQuery(c.buf, 'I')
+		case 'H':
+		case 'P', 'B', 'D', 'E', 'C', 'F', 'd', 'c', 'f':
+			if !c.skipping {
+				c.buf = appendError(c.buf, 'E', &pgError{Code: "0A000",
+					Message: "lockpool: the admin console speaks the simple query protocol only",
+					Hint:    "Send commands as simple queries (psql does; pgx: QueryExecModeSimpleProtocol; JDBC: preferQueryMode=simple)."})
+				c.skipping = true
+			}
+		default:
+			c.out.end(nil, &pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: invalid frontend message type %d", typ)})
+			return
+		}
+		if err := c.out.write(c.buf); err != nil {
+			return
+		}
+		c.buf = c.buf[:0]
+	}
+}
+
+// query answers one simple Query: its commands (separated by semicolons)
+// in order, stopping at the first error, then ReadyForQuery.
+func (c *console) query(sql string) {
+	var cmds []string
+	for _, part := range strings.Split(sql, ";") {
+		if part = strings.TrimSpace(part); part != "" {
+			cmds = append(cmds, part)
+		}
+	}
+	if len(cmds) == 0 {
+		c.buf = append(c.buf, 'I', 0, 0, 0, 4) // EmptyQueryResponse
+	}
+	var after func()
+	for _, cmd := range cmds {
+		var err *pgError
+		after, err = c.exec(cmd)
+		if err != nil {
+			c.buf = appendError(c.buf, 'E', err)
+			break
+		}
+	}
+	c.buf = wire.AppendReadyForQuery(c.buf, 'I')
+	if after != nil {
+		// SHUTDOWN: the client gets its answer first.
+		_ = c.out.write(c.buf)
+		c.buf = c.buf[:0]
+		after()
+	}
+}
+
+// knownCommands is the list unknown commands are answered with.
+func (c *console) knownCommands() string {
+	return c.srv.viewNames() + ", RELOAD, PAUSE [application], RESUME [application], KILL_CLIENT <id>, SHUTDOWN"
+}
+
+// exec runs one command and appends its result. after, when not nil, runs
+// once the answer was written.
+func (c *console) exec(cmd string) (after func(), _ *pgError) {
+	words := strings.Fields(cmd)
+	verb := strings.ToUpper(words[0])
+	args := words[1:]
+	usage := func(form string) *pgError {
+		return &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: %s takes %s", verb, form), Hint: "Known commands: " + c.knownCommands() + "."}
+	}
+	s := c.srv
+	switch verb {
+	case "SHOW":
+		if len(args) != 1 {
+			return nil, usage("one name: " + s.viewNames())
+		}
+		name := strings.ToUpper(args[0])
+		for _, v := range s.adminViews() {
+			if v.name != name {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(s.baseCtx, consoleQueryTimeout)
+			rows, err := v.rows(ctx)
+			cancel()
+			if err != nil {
+				var pe *pgError
+				if errors.As(err, &pe) {
+					return nil, pe
+				}
+				return nil, &pgError{Code: "XX000", Message: "lockpool: SHOW " + name + ": " + err.Error()}
+			}
+			var n int
+			c.buf, n = appendRows(c.buf, rows)
+			c.buf = wire.AppendCommandComplete(c.buf, "SHOW "+strconv.Itoa(n))
+			return nil, nil
+		}
+		return nil, &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: unknown admin console command \"SHOW %s\"", args[0]),
+			Hint: "Known commands: " + c.knownCommands() + "."}
+	case "RELOAD":
+		if len(args) != 0 {
+			return nil, usage("no argument")
+		}
+		if err := c.reload(); err != nil {
+			return nil, err
+		}
+	case "PAUSE", "RESUME":
+		if len(args) > 1 {
+			return nil, usage("at most one application name")
+		}
+		app := ""
+		if len(args) == 1 {
+			app = unquoteName(args[0])
+		}
+		f := s.pool.Pause
+		if verb == "RESUME" {
+			f = s.pool.Resume
+		}
+		if err := f(app); err != nil {
+			if errors.Is(err, pool.ErrUnknownApp) {
+				return nil, &pgError{Code: "42704", Message: fmt.Sprintf("lockpool: no application %q is configured", app), Hint: "SHOW APPLICATIONS lists them."}
+			}
+			return nil, &pgError{Code: "XX000", Message: "lockpool: " + err.Error()}
+		}
+		s.log.Info("admin console: "+strings.ToLower(verb), "application", app, "user", c.user, "remote", c.remote)
+	case "KILL_CLIENT":
+		if len(args) != 1 {
+			return nil, usage("a client id (SHOW CLIENTS lists them)")
+		}
+		id, err := strconv.ParseUint(args[0], 10, 32)
+		if err != nil {
+			return nil, usage("a client id (SHOW CLIENTS lists them)")
+		}
+		s.mu.Lock()
+		ss := s.sessions[uint32(id)]
+		s.mu.Unlock()
+		if ss == nil {
+			return nil, &pgError{Code: "42704", Message: fmt.Sprintf("lockpool: no client with id %d", id), Hint: "SHOW CLIENTS lists them."}
+		}
+		ss.kill(&pgError{Code: "57P01", Message: "lockpool: terminating connection due to administrator command",
+			Detail: "An operator closed this connection with KILL_CLIENT on lockpool's admin console."})
+		s.log.Info("admin console: client killed", "client", ss.remote, "id", id, "user", c.user, "remote", c.remote)
+	case "SET":
+		// Drivers set parameters at connect (JDBC: extra_float_digits,
+		// application_name); the console has none and ignores them.
+	case "SHUTDOWN":
+		if len(args) != 0 {
+			return nil, usage("no argument")
+		}
+		s.log.Info("admin console: shutting down", "user", c.user, "remote", c.remote)
+		after = func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), s.Config().ShutdownTimeout)
+				defer cancel()
+				_ = s.Shutdown(ctx)
+			}()
+		}
+	default:
+		return nil, &pgError{Code: "42601", Message: fmt.Sprintf("lockpool: unknown admin console command %q", truncateCommand(cmd)),
+			Hint: "Known commands: " + c.knownCommands() + "."}
+	}
+	c.buf = wire.AppendCommandComplete(c.buf, verb)
+	return after, nil
+}
+
+// reload reads the configuration file again and applies it, as SIGHUP does.
+func (c *console) reload() *pgError {
+	s := c.srv
+	path := s.Config().Path
+	if path == "" {
+		return &pgError{Code: "55000", Message: "lockpool: the configuration was not read from a file; there is nothing to reload"}
+	}
+	cfg, err := config.Load(path)
+	if err == nil {
+		_, err = s.Reload(cfg)
+	}
+	if err != nil {
+		s.log.Error("reload failed; keeping the old config", "err", err, "user", c.user)
+		return &pgError{Code: "F0000", Message: "lockpool: reload failed; keeping the old configuration: " + err.Error()}
+	}
+	return nil
+}
+
+// unquoteName strips one pair of double or single quotes around a name.
+func unquoteName(s string) string {
+	if len(s) >= 2 && (s[0] == '"' || s[0] == '\'') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// truncateCommand shortens a command for an error message.
+func truncateCommand(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}
+
+// versionString is SHOW VERSION's answer: lockpool's module version (or
+// "(devel)"), its VCS revision when built from a checkout, and the Go
+// version.
+func versionString() string {
+	v, rev, goVersion := "(devel)", "", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		goVersion = bi.GoVersion
+		for _, st := range bi.Settings {
+			if st.Key == "vcs.revision" && len(st.Value) >= 12 {
+				rev = st.Value[:12]
+			}
+		}
+	}
+	out := "lockpool " + v
+	if rev != "" {
+		out += " (" + rev + ")"
+	}
+	if goVersion != "" {
+		out += " " + goVersion
+	}
+	return out
+}
+
+// addConsole records an admin console connection, unless lockpool is
+// shutting down.
+func (s *Server) addConsole(c *console) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.consoles == nil {
+		s.consoles = make(map[*console]struct{})
+	}
+	s.consoles[c] = struct{}{}
+	return true
+}
+
+func (s *Server) removeConsole(c *console) {
+	s.mu.Lock()
+	delete(s.consoles, c)
+	s.mu.Unlock()
+}
+
+// endConsoles closes every admin console connection with 57P01 (shutdown).
+func (s *Server) endConsoles() {
+	s.mu.Lock()
+	list := make([]*console, 0, len(s.consoles))
+	for c := range s.consoles {
+		list = append(list, c)
+	}
+	s.mu.Unlock()
+	for _, c := range list {
+		c.out.end(nil, errShutdown())
+	}
+}

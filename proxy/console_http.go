@@ -1,0 +1,33 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// handleViews serves every admin view but SHOW LOCKS (which is
+// /debug/locks) as JSON under /debug/<name>, behind admin_token like the
+// rest of /debug.
+func (s *Server) handleViews(mux *http.ServeMux) {
+	for _, v := range s.adminViews() {
+		if v.name == "LOCKS" {
+			continue
+		}
+		mux.HandleFunc("/debug/"+strings.ToLower(v.name), s.guard(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), consoleQueryTimeout)
+			defer cancel()
+			rows, err := v.rows(ctx)
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				return
+			}
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rows)
+		}))
+	}
+}
