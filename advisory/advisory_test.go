@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/pgtest"
-	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 const (
@@ -46,9 +45,33 @@ func newManager(t *testing.T, edit ...func(*Options)) *Manager {
 	return m
 }
 
+// direct is a superuser session on appdb, not through the manager (this
+// package cannot use internal/testenv: testenv imports the proxy, which
+// imports this package).
 func direct(t *testing.T) *pgx.Conn {
 	t.Helper()
-	return testenv.SuperConn(t, appDB)
+	c := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.SuperuserDSN(appDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// eventually polls cond every 10ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
 }
 
 func directTry(t *testing.T, c *pgx.Conn, k Key, mode Mode) bool {
@@ -136,7 +159,7 @@ func TestConflictsAmongClients(t *testing.T) {
 			}
 			a.Close()
 			b.Close()
-			testenv.Eventually(t, time.Second, "locks released", func() bool { return lockRows(t, tt.key) == 0 })
+			eventually(t, time.Second, "locks released", func() bool { return lockRows(t, tt.key) == 0 })
 		})
 	}
 }
@@ -306,7 +329,7 @@ func TestWaitBehindLocalHolder(t *testing.T) {
 		_, err := b.Lock(context.Background(), k, Exclusive, false, Limits{})
 		got <- err
 	}()
-	testenv.Eventually(t, time.Second, "b waits", func() bool {
+	eventually(t, time.Second, "b waits", func() bool {
 		for _, c := range m.Snapshot() {
 			if c.Waiting != nil && c.Waiting.Behind == "local" {
 				return true
@@ -404,7 +427,7 @@ func TestDeadlockAmongClients(t *testing.T) {
 		_, err := a.Lock(context.Background(), k2, Exclusive, false, Limits{})
 		errs <- err
 	}()
-	testenv.Eventually(t, time.Second, "a waits", func() bool { return len(m.Snapshot()) == 2 && waiting(m) == 1 })
+	eventually(t, time.Second, "a waits", func() bool { return len(m.Snapshot()) == 2 && waiting(m) == 1 })
 	_, err := b.Lock(context.Background(), k1, Exclusive, false, Limits{})
 	if code(err) != pgerr.DeadlockDetected {
 		t.Fatalf("b's lock = %v, want 40P01", err)

@@ -160,3 +160,26 @@ func (lc *lockConn) backendPID() uint32 {
 	}
 	return lc.pid
 }
+
+// paramTypes prepares sql (unnamed) on the connection and returns the
+// parameter types PostgreSQL resolved.
+func (lc *lockConn) paramTypes(ctx context.Context, sql string, declared []uint32) ([]uint32, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return nil, err
+	}
+	gen := lc.gen
+	sd, err := c.PgConn().Prepare(ctx, "", sql, declared)
+	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sd.ParamOIDs, nil
+}

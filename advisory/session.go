@@ -350,20 +350,9 @@ type Params struct {
 	Formats []int16
 }
 
-// EvalKeys evaluates key expressions (the SQL text of a call's one or two
-// arguments, which may use $n) on a lock connection, with the client's
-// parameters, as the arguments of pg_advisory_lock(bigint) or (int, int).
-// null reports a NULL key: the advisory functions are strict, so the call
-// returns NULL and takes nothing. Errors are *pgerr.Error, as PostgreSQL
-// reported them.
-func (s *Session) EvalKeys(ctx context.Context, exprs []string, p Params) (key Key, null bool, err error) {
-	if len(exprs) < 1 || len(exprs) > 2 {
-		return Key{}, false, pgerr.Newf(pgerr.UndefinedFunction, "Advisory lock functions take one bigint key or two integer keys.", "advisory lock call with %d arguments", len(exprs))
-	}
-	d, err := s.database()
-	if err != nil {
-		return Key{}, false, err
-	}
+// keySQL is the statement that evaluates key expressions as the advisory
+// functions' arguments.
+func keySQL(exprs []string) string {
 	typ := "pg_catalog.int8"
 	if len(exprs) == 2 {
 		typ = "pg_catalog.int4"
@@ -379,17 +368,60 @@ func (s *Session) EvalKeys(ctx context.Context, exprs []string, p Params) (key K
 		b.WriteString(")::")
 		b.WriteString(typ)
 	}
+	return b.String()
+}
+
+// ParamTypes returns the types PostgreSQL gives the parameters of key
+// expressions (declared: the client's, 0 where it left one open), as a
+// Describe of the client's statement reports them.
+func (s *Session) ParamTypes(ctx context.Context, exprs []string, declared []uint32) ([]uint32, error) {
+	d, err := s.database()
+	if err != nil {
+		return nil, err
+	}
+	opCtx, cancel := opContext()
+	defer cancel()
+	_ = ctx // never cancelled: see opContext
+	types, err := d.conns[int(s.id%uint64(len(d.conns)))].paramTypes(opCtx, keySQL(exprs), declared)
+	if err != nil {
+		return nil, pgError(err)
+	}
+	return types, nil
+}
+
+// pgError converts a lock connection's error to the client's.
+func pgError(err error) *pgerr.Error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return &pgerr.Error{Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
+	}
+	if e, ok := pgerr.As(err); ok {
+		return e
+	}
+	return pgerr.Newf(pgerr.ConnectionFailure, "Retry; lockpool's log has the details.", "advisory lock connection failed: %v", err)
+}
+
+// EvalKeys evaluates key expressions (the SQL text of a call's one or two
+// arguments, which may use $n) on a lock connection, with the client's
+// parameters, as the arguments of pg_advisory_lock(bigint) or (int, int).
+// null reports a NULL key: the advisory functions are strict, so the call
+// returns NULL and takes nothing. Errors are *pgerr.Error, as PostgreSQL
+// reported them.
+func (s *Session) EvalKeys(ctx context.Context, exprs []string, p Params) (key Key, null bool, err error) {
+	if len(exprs) < 1 || len(exprs) > 2 {
+		return Key{}, false, pgerr.Newf(pgerr.UndefinedFunction, "Advisory lock functions take one bigint key or two integer keys.", "advisory lock call with %d arguments", len(exprs))
+	}
+	d, err := s.database()
+	if err != nil {
+		return Key{}, false, err
+	}
 	opCtx, cancel := opContext()
 	defer cancel()
 	_ = ctx // the evaluation is short and never cancelled: see opContext
 	slot := int(s.id % uint64(len(d.conns)))
-	row, _, err := d.conns[slot].query(opCtx, b.String(), p.Values, p.OIDs, p.Formats)
+	row, _, err := d.conns[slot].query(opCtx, keySQL(exprs), p.Values, p.OIDs, p.Formats)
 	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return Key{}, false, &pgerr.Error{Code: pe.Code, Message: pe.Message, Detail: pe.Detail, Hint: pe.Hint}
-		}
-		return Key{}, false, pgerr.Newf(pgerr.ConnectionFailure, "Retry; lockpool's log has the details.", "advisory lock key evaluation failed: %v", err)
+		return Key{}, false, pgError(err)
 	}
 	if len(row) != len(exprs) {
 		return Key{}, false, pgerr.Newf(pgerr.InternalError, "", "advisory lock key evaluation returned %d values", len(row))

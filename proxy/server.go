@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/wire"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/policy"
@@ -51,6 +52,7 @@ type appState struct {
 	prepMiss      prometheus.Counter
 	prepEvict     prometheus.Counter
 	pinnedGauge   *prometheus.GaugeVec
+	hold          *holdApp // advisory_locks: hold metrics; nil under other policies
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
 	clientCount   *atomic.Int64
@@ -68,6 +70,7 @@ type Server struct {
 	log     *slog.Logger
 	pool    *pool.Manager
 	leases  LeaseStore
+	locks   *advisory.Manager // advisory_locks: hold
 	metrics *metrics
 	tlsConf *tls.Config
 	health  healthProbe
@@ -139,6 +142,10 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("proxy: leases: %w", err)
 		}
 		s.leases = ls
+	}
+	if s.locks, err = newLockManager(opts.Config, logger); err != nil {
+		pm.Close()
+		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -246,6 +253,9 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 			}
 		}
 		s.metrics.bindApp(as)
+		if adv == policy.Hold {
+			as.hold = newHoldApp(s.metrics, a.Name)
+		}
 		rc.apps[a.Name] = as
 	}
 	return rc, nil
@@ -406,6 +416,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.leases != nil {
 		s.leases.Close()
 	}
+	s.locks.Close()
 	s.pool.Close()
 	close(s.done)
 	return nil

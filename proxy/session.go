@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/wire"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
@@ -95,6 +96,9 @@ type session struct {
 	setsAll      bool
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
 	setNames     []string
+
+	// Held advisory locks (advisory_locks: hold).
+	held *advisory.Session
 
 	// Lease calls.
 	lease    LeaseSession
@@ -618,6 +622,8 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		SessionPool:    s.app.sessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
+		Unlock:         callsUnlock(f),
+		Holdable:       holdable(f),
 		Pinned:         s.pinned,
 	}
 	for _, fn := range f.Funcs {
@@ -788,6 +794,10 @@ func (s *session) onQuery(n int) error {
 		return nil
 	}
 	d := s.decide(&f)
+	if d.Action == policy.Answer {
+		return s.onHeldQuery(&f)
+	}
+	s.noteFallback(d, sql)
 	ok, err := s.apply(d, &f, true)
 	if !ok || err != nil {
 		return err
@@ -900,5 +910,6 @@ func (s *session) cleanup() {
 	s.slot.Release()
 	s.slot = nil
 	s.closeLeases()
+	s.closeHeld()
 	s.out.end(nil, nil)
 }

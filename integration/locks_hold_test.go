@@ -1,0 +1,458 @@
+package integration
+
+// advisory_locks: hold — lockpool holds session-level advisory locks for
+// its clients on its own lock connections: no pin, no application
+// connection held, real locks in PostgreSQL.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockpool/lockpool/advisory"
+	"github.com/lockpool/lockpool/internal/testenv"
+)
+
+// hdLockConnHolders returns the pids of lockpool's lock connections that
+// hold key.
+func hdLockConnHolders(t testing.TB, su *pgx.Conn, k lkKey) []uint32 {
+	t.Helper()
+	var pids []uint32
+	rows, err := su.Query(context.Background(), `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = $3
+		AND a.application_name = $4 ORDER BY l.pid`, int64(k.classid), int64(k.objid), k.objsubid, advisory.ApplicationName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var pid int32
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, uint32(pid))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// hdSimple makes a client use the simple protocol.
+func hdSimple(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol }
+
+func TestHoldAnswersCalls(t *testing.T) {
+	t.Parallel()
+	const app = "hd1"
+	l := startLockpool(t, 10, "", lkApp(app, "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	var h int32
+	if err := su.QueryRow(context.Background(), "SELECT hashtext('job-x')").Scan(&h); err != nil {
+		t.Fatal(err)
+	}
+	protocols := []struct {
+		name string
+		edit func(*pgx.ConnConfig)
+	}{
+		{"simple", hdSimple},
+		{"extended", func(*pgx.ConnConfig) {}},
+	}
+	for pi, proto := range protocols {
+		tests := []struct {
+			name, lock, unlock string
+			args               []any
+			key                lkKey
+			directConflicts    string // a direct statement that must return false while held
+		}{
+			{"one key", "SELECT pg_try_advisory_lock(%d)", "SELECT pg_advisory_unlock(%d)", nil, lkKey1(int64(9100 + pi)), "SELECT pg_try_advisory_lock_shared(%d)"},
+			{"two keys shared", "SELECT pg_try_advisory_lock_shared(7, %d)", "SELECT pg_advisory_unlock_shared(7, %d)", nil, lkKey2(7, int32(9200+pi)), "SELECT pg_try_advisory_lock(7, %d)"},
+			{"expression with alias and cast", "SELECT pg_try_advisory_lock(%d + 0)::int AS got", "SELECT pg_advisory_unlock(%d + 0)::int", nil, lkKey1(int64(9300 + pi)), "SELECT pg_try_advisory_lock(%d)"},
+		}
+		for _, tt := range tests {
+			t.Run(proto.name+"/"+tt.name, func(t *testing.T) {
+				c := l.connectCfg(t, "app", "appdb", proto.edit)
+				n := int64(tt.key.objid)
+				if tt.key.objsubid == 2 {
+					n = int64(int32(tt.key.objid))
+				}
+				var got any
+				if err := c.QueryRow(context.Background(), fmt.Sprintf(tt.lock, n)).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != true && got != int32(1) {
+					t.Fatalf("lock returned %v (%T), want true", got, got)
+				}
+				if hs := hdLockConnHolders(t, su, tt.key); len(hs) != 1 {
+					t.Fatalf("lock connection holders of %v = %v, want one", tt.key, hs)
+				}
+				if lkMustBool(t, su, fmt.Sprintf(tt.directConflicts, n)) {
+					t.Fatal("a direct session got a conflicting lock")
+				}
+				if g := l.Pinned(app, ""); g != 0 {
+					t.Fatalf("lockpool_pinned_sessions = %v, want 0", g)
+				}
+				if err := c.QueryRow(context.Background(), fmt.Sprintf(tt.unlock, n)).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != true && got != int32(1) {
+					t.Fatalf("unlock returned %v, want true", got)
+				}
+				if hs := hdLockConnHolders(t, su, tt.key); len(hs) != 0 {
+					t.Fatalf("still held after unlock: %v", hs)
+				}
+			})
+		}
+		t.Run(proto.name+"/parameter key", func(t *testing.T) {
+			c := l.connectCfg(t, "app", "appdb", proto.edit)
+			if proto.name == "simple" {
+				// pgx interpolates the argument client-side.
+				if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(hashtext($1))", "job-x") {
+					t.Fatal("try-lock false")
+				}
+			} else if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(hashtext($1))", "job-x") {
+				t.Fatal("try-lock false")
+			}
+			if hs := hdLockConnHolders(t, su, lkKey1(int64(h))); len(hs) != 1 {
+				t.Fatalf("lock connection holders of hashtext('job-x') = %v", hs)
+			}
+			lkMustExec(t, c, "SELECT pg_advisory_unlock_all()")
+			if hs := hdLockConnHolders(t, su, lkKey1(int64(h))); len(hs) != 0 {
+				t.Fatalf("held after unlock_all: %v", hs)
+			}
+		})
+	}
+}
+
+func TestHoldUnlockNotHeldWarns(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd2", "app", 2, 1, "hold", "5s"))
+	var notices []*pgconn.Notice
+	var mu sync.Mutex
+	c := l.connectCfg(t, "app", "appdb", func(cc *pgx.ConnConfig) {
+		cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
+	})
+	tests := []struct {
+		sql, msg string
+	}{
+		{"SELECT pg_advisory_unlock(9401)", "you don't own a lock of type ExclusiveLock"},
+		{"SELECT pg_advisory_unlock_shared(9401)", "you don't own a lock of type ShareLock"},
+	}
+	for _, tt := range tests {
+		mu.Lock()
+		notices = nil
+		mu.Unlock()
+		if lkMustBool(t, c, tt.sql) {
+			t.Fatalf("%s = true for a key not held", tt.sql)
+		}
+		mu.Lock()
+		if len(notices) != 1 || notices[0].Severity != "WARNING" || notices[0].Code != "01000" || notices[0].Message != tt.msg {
+			t.Fatalf("notices = %+v, want one WARNING %q", notices, tt.msg)
+		}
+		mu.Unlock()
+	}
+	// Another client's lock is not ours to unlock.
+	other := l.connect(t, "app", "appdb")
+	if !lkMustBool(t, other, "SELECT pg_try_advisory_lock(9402)") {
+		t.Fatal("try-lock false")
+	}
+	if lkMustBool(t, c, "SELECT pg_advisory_unlock(9402)") {
+		t.Fatal("a client unlocked another client's lock")
+	}
+	if lkMustBool(t, c, "SELECT pg_try_advisory_lock(9402)") {
+		t.Fatal("a client got a lock another client of the same lockpool holds")
+	}
+}
+
+func TestHoldInFailedTransaction(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd3", "app", 2, 1, "hold", "5s"))
+	c := l.connectCfg(t, "app", "appdb", hdSimple)
+	ctx := testenv.Context(t, 30*time.Second)
+	lkMustExec(t, c, "BEGIN")
+	if _, err := c.Exec(ctx, "SELECT 1/0"); sqlState(err) != "22012" {
+		t.Fatalf("1/0 = %v", err)
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_try_advisory_lock(9501)"); sqlState(err) != "25P02" {
+		t.Fatalf("lock in a failed transaction = %v, want 25P02", err)
+	}
+	lkMustExec(t, c, "ROLLBACK")
+	if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(9501)") {
+		t.Fatal("try-lock after ROLLBACK false")
+	}
+	// A session lock taken inside a transaction outlives its rollback, as on PostgreSQL.
+	lkMustExec(t, c, "BEGIN")
+	lkMustExec(t, c, "SELECT pg_advisory_lock(9502)")
+	lkMustExec(t, c, "ROLLBACK")
+	if hs := hdLockConnHolders(t, superConn(t, "appdb"), lkKey1(9502)); len(hs) != 1 {
+		t.Fatalf("lock taken in a rolled-back transaction: holders %v, want one", hs)
+	}
+}
+
+func TestHoldReleasedWhenClientLeaves(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd4", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	tests := []struct {
+		name string
+		end  func(c *pgx.Conn)
+	}{
+		{"terminate", func(c *pgx.Conn) { _ = c.Close(context.Background()) }},
+		{"abrupt", func(c *pgx.Conn) { _ = c.PgConn().Conn().Close() }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := int64(9600 + i)
+			c := l.connect(t, "app", "appdb")
+			lkMustExec(t, c, "SELECT pg_advisory_lock($1)", k)
+			lkMustExec(t, c, "SELECT pg_advisory_lock($1)", k) // stacked
+			if hs := hdLockConnHolders(t, su, lkKey1(k)); len(hs) != 1 {
+				t.Fatalf("holders %v", hs)
+			}
+			start := time.Now()
+			tt.end(c)
+			eventually(t, time.Second, "lock released", func() bool { return len(hdLockConnHolders(t, su, lkKey1(k))) == 0 })
+			t.Logf("released %v after the client left", time.Since(start))
+		})
+	}
+}
+
+func TestHoldWaitEnds(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd5", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	tests := []struct {
+		name   string
+		setup  []string
+		cancel bool
+		code   string
+		msg    string
+	}{
+		{"lock_timeout by SET", []string{"SET lock_timeout = '150ms'"}, false, "55P03", "canceling statement due to lock timeout"},
+		{"lock_timeout by SET LOCAL", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout"},
+		{"statement_timeout", []string{"SET statement_timeout = '150ms'"}, false, "57014", "canceling statement due to statement timeout"},
+		{"cancel request", nil, true, "57014", "canceling statement due to user request"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := int64(9700 + i)
+			if !lkMustBool(t, su, "SELECT pg_try_advisory_lock($1)", k) {
+				t.Fatal("direct try-lock false")
+			}
+			defer lkMustExec(t, su, "SELECT pg_advisory_unlock($1)", k)
+			c := l.connectCfg(t, "app", "appdb", hdSimple)
+			for _, q := range tt.setup {
+				lkMustExec(t, c, q)
+			}
+			ctx := context.Background()
+			var cancel context.CancelFunc = func() {}
+			if tt.cancel {
+				ctx, cancel = context.WithTimeout(ctx, 150*time.Millisecond)
+			}
+			defer cancel()
+			start := time.Now()
+			_, err := c.Exec(ctx, fmt.Sprintf("SELECT pg_advisory_lock(%d)", k))
+			took := time.Since(start)
+			if tt.cancel {
+				// pgx closes the connection after a cancelled query; the
+				// server error is not read. The lock must not be taken.
+				if err == nil || took > 2*time.Second {
+					t.Fatalf("cancelled lock = %v after %v", err, took)
+				}
+				eventually(t, time.Second, "no lockpool holder", func() bool { return len(hdLockConnHolders(t, su, lkKey1(k))) == 0 })
+				return
+			}
+			pe := pgErr(t, err, tt.code)
+			if pe.Message != tt.msg {
+				t.Fatalf("message %q, want %q", pe.Message, tt.msg)
+			}
+			if took < 140*time.Millisecond || took > 2*time.Second {
+				t.Fatalf("wait took %v, want about 150ms", took)
+			}
+			if len(hdLockConnHolders(t, su, lkKey1(k))) != 0 {
+				t.Fatal("lockpool holds the key after a failed wait")
+			}
+		})
+	}
+}
+
+func TestHoldCancelRequestAnswers57014(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd6", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	if !lkMustBool(t, su, "SELECT pg_try_advisory_lock(9801)") {
+		t.Fatal("direct try-lock false")
+	}
+	defer lkMustExec(t, su, "SELECT pg_advisory_unlock(9801)")
+	c := l.connectCfg(t, "app", "appdb", hdSimple)
+	pid, secret := c.PgConn().PID(), binary.BigEndian.Uint32(c.PgConn().SecretKey())
+	time.AfterFunc(150*time.Millisecond, func() { testenv.SendCancel(t, l.Addr, pid, secret) })
+	_, err := c.Exec(context.Background(), "SELECT pg_advisory_lock(9801)")
+	pe := pgErr(t, err, "57014")
+	if pe.Message != "canceling statement due to user request" {
+		t.Fatalf("message %q", pe.Message)
+	}
+	if !lkMustBool(t, c, "SELECT true") {
+		t.Fatal("the session is not usable after the cancel")
+	}
+}
+
+func TestHoldDeadlock(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd7", "app", 2, 1, "hold", "5s"))
+	a, b := l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")
+	lkMustExec(t, a, "SELECT pg_advisory_lock(9901)")
+	lkMustExec(t, b, "SELECT pg_advisory_lock(9902)")
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(context.Background(), "SELECT pg_advisory_lock(9902)")
+		aDone <- err
+	}()
+	eventually(t, 2*time.Second, "a waits", func() bool {
+		for _, c := range hdDebugHeld(t, l) {
+			if c.Waiting != nil && c.Waiting.Behind == "local" {
+				return true
+			}
+		}
+		return false
+	})
+	_, err := b.Exec(context.Background(), "SELECT pg_advisory_lock(9901)")
+	pe := pgErr(t, err, "40P01")
+	if pe.Message != "deadlock detected" {
+		t.Fatalf("message %q", pe.Message)
+	}
+	lkMustExec(t, b, "SELECT pg_advisory_unlock_all()")
+	select {
+	case err := <-aDone:
+		if err != nil {
+			t.Fatalf("a's lock: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a not granted after b's deadlock error")
+	}
+}
+
+func TestHoldLockConnectionTerminated(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd8", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	const n = 4
+	clients := make([]*pgx.Conn, n)
+	for i := range clients {
+		clients[i] = l.connect(t, "app", "appdb")
+		lkMustExec(t, clients[i], "SELECT pg_advisory_lock($1)", int64(10000+i))
+	}
+	// Terminate this lockpool's lock connections (other tests run their own).
+	pids := map[uint32]bool{}
+	for _, c := range hdDebugHeld(t, l) {
+		for _, h := range c.Held {
+			pids[h.PID] = true
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatal("/debug/locks shows no lock connection pid")
+	}
+	for pid := range pids {
+		if _, err := su.Exec(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for i, c := range clients {
+		var err error
+		for time.Now().Before(deadline) {
+			if _, err = c.Exec(context.Background(), "SELECT 1"); err != nil {
+				break
+			}
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if pe.Code != "08006" || pe.Severity != "FATAL" {
+				t.Fatalf("client %d: %v, want FATAL 08006", i, err)
+			}
+		} else if err == nil {
+			t.Fatalf("client %d: statements still succeed 500ms after its lock connection died", i)
+		}
+		if !c.IsClosed() {
+			t.Fatalf("client %d still open after %v", i, err)
+		}
+	}
+	// New clients can lock again.
+	c := l.connect(t, "app", "appdb")
+	if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(10000)") {
+		t.Fatal("key not free after the lock connection died")
+	}
+}
+
+// hdDebugHeld returns the held section of /debug/locks.
+func hdDebugHeld(t testing.TB, l *lp) []advisory.ClientLocks {
+	t.Helper()
+	code, body := l.get("/debug/locks")
+	if code != 200 {
+		t.Fatalf("/debug/locks: HTTP %d: %s", code, body)
+	}
+	var d struct {
+		Held []struct {
+			Client   string `json:"client"`
+			Database string `json:"database"`
+			Held     []struct {
+				Key   []int64 `json:"key"`
+				Mode  string  `json:"mode"`
+				Count int     `json:"count"`
+				PID   uint32  `json:"pid"`
+			} `json:"held"`
+			Waiting *struct {
+				Key    []int64 `json:"key"`
+				Mode   string  `json:"mode"`
+				Behind string  `json:"behind"`
+			} `json:"waiting"`
+		} `json:"held"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatalf("/debug/locks: %v\n%s", err, body)
+	}
+	var out []advisory.ClientLocks
+	for _, c := range d.Held {
+		cl := advisory.ClientLocks{Client: c.Client, Database: c.Database}
+		for _, h := range c.Held {
+			k := advisory.OneKey(h.Key[0])
+			if len(h.Key) == 2 {
+				k = advisory.TwoKeys(int32(h.Key[0]), int32(h.Key[1]))
+			}
+			cl.Held = append(cl.Held, advisory.HeldLock{Key: k, Mode: h.Mode, Count: h.Count, PID: h.PID})
+		}
+		if w := c.Waiting; w != nil {
+			k := advisory.OneKey(w.Key[0])
+			if len(w.Key) == 2 {
+				k = advisory.TwoKeys(int32(w.Key[0]), int32(w.Key[1]))
+			}
+			cl.Waiting = &advisory.Waiting{Key: k, Mode: w.Mode, Behind: w.Behind}
+		}
+		out = append(out, cl)
+	}
+	return out
+}
+
+func TestHoldFallbackPins(t *testing.T) {
+	t.Parallel()
+	const app = "hd9"
+	l := startLockpool(t, 10, "", lkApp(app, "app", 3, 1, "hold", "5s"))
+	c := l.connect(t, "app", "appdb")
+	var a bool
+	var b int
+	if err := c.QueryRow(context.Background(), "SELECT pg_try_advisory_lock(10101), 1").Scan(&a, &b); err != nil || !a {
+		t.Fatalf("two-column lock = %v, %v", a, err)
+	}
+	if g := l.Pinned(app, ""); g != 1 {
+		t.Fatalf("lockpool_pinned_sessions = %v, want 1 (fallback to pin)", g)
+	}
+	if m := l.metric("lockpool_advisory_lock_fallbacks_total", map[string]string{"app": app}); m != 1 {
+		t.Fatalf("fallbacks = %v, want 1", m)
+	}
+}
