@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/advisory"
+	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
@@ -455,4 +457,44 @@ func TestHoldFallbackPins(t *testing.T) {
 	if m := l.metric("lockpool_advisory_lock_fallbacks_total", map[string]string{"app": app}); m != 1 {
 		t.Fatalf("fallbacks = %v, want 1", m)
 	}
+}
+
+// TestHoldLockpoolKilled: when lockpool dies, PostgreSQL releases the
+// locks it held with its lock connections.
+func TestHoldLockpoolKilled(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Require(t)
+	p := testenv.StartLockpoolProcess(t, func(port int) string {
+		return testenv.AppsYAML(c, 10, fmt.Sprintf("listen: 127.0.0.1:%d", port),
+			testenv.App{Name: "hdk", User: "app", DB: "appdb", Max: 2, Pinned: 1, Advisory: "hold", State: "pin", Wait: "5s"})
+	})
+	su := superConn(t, "appdb")
+	ctx := testenv.Context(t, 30*time.Second)
+	keys := []lkKey{lkKey1(23001), lkKey1(23002), lkKey2(23, 3)}
+	stmts := []string{"SELECT pg_advisory_lock(23001)", "SELECT pg_advisory_lock_shared(23002)", "SELECT pg_try_advisory_lock(23, 3)"}
+	for i, q := range stmts {
+		cl, err := pgx.Connect(ctx, p.DSN("app", "appdb"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close(context.Background())
+		lkMustExec(t, cl, q)
+		if hs := hdLockConnHolders(t, su, keys[i]); len(hs) != 1 {
+			t.Fatalf("%s: lock connection holders %v", q, hs)
+		}
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	start := time.Now()
+	eventually(t, time.Second, "locks free after SIGKILL", func() bool {
+		for _, k := range keys {
+			if len(lkHolders(t, su, k)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("free %v after lockpool died", time.Since(start))
 }
