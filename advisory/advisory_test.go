@@ -416,43 +416,44 @@ func TestWaitEnds(t *testing.T) {
 
 func TestDeadlockAmongClients(t *testing.T) {
 	m := newManager(t)
-	a, b := m.NewSession(appDB, nil), m.NewSession(appDB, nil)
-	defer a.Close()
-	defer b.Close()
-	k1, k2 := OneKey(701), OneKey(702)
-	mustLock(t, a, k1, Exclusive, false)
-	mustLock(t, b, k2, Exclusive, false)
-	errs := make(chan error, 2)
-	go func() {
-		_, err := a.Lock(context.Background(), k2, Exclusive, false, Limits{})
-		errs <- err
-	}()
-	eventually(t, time.Second, "a waits", func() bool { return len(m.Snapshot()) == 2 && waiting(m) == 1 })
-	_, err := b.Lock(context.Background(), k1, Exclusive, false, Limits{})
-	if code(err) != pgerr.DeadlockDetected {
-		t.Fatalf("b's lock = %v, want 40P01", err)
+	sessions := []*Session{m.NewSession(appDB, nil), m.NewSession(appDB, nil)}
+	keys := []Key{OneKey(701), OneKey(702)}
+	for i, s := range sessions {
+		defer s.Close()
+		mustLock(t, s, keys[i], Exclusive, false)
 	}
-	if err := b.UnlockAll(); err != nil {
+	type result struct {
+		who int
+		err error
+	}
+	results := make(chan result, 2)
+	start := time.Now()
+	for i, s := range sessions {
+		go func() {
+			_, err := s.Lock(context.Background(), keys[1-i], Exclusive, false, Limits{DeadlockTimeout: 200 * time.Millisecond})
+			results <- result{i, err}
+		}()
+	}
+	// One wait is chosen as the victim, as in PostgreSQL: the one whose
+	// deadlock_timeout runs out first (not before it).
+	first := <-results
+	if code(first.err) != pgerr.DeadlockDetected {
+		t.Fatalf("first result = %v, want 40P01", first.err)
+	}
+	if took := time.Since(start); took < 190*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("deadlock reported after %v, want after deadlock_timeout (200ms)", took)
+	}
+	if err := sessions[first.who].UnlockAll(); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-errs:
-		if err != nil {
-			t.Fatalf("a's wait = %v, want the lock", err)
+	case r := <-results:
+		if r.err != nil {
+			t.Fatalf("the other wait = %v, want the lock", r.err)
 		}
 	case <-time.After(2 * time.Second):
-		t.Fatal("a not granted after b gave up")
+		t.Fatal("the other wait not granted after the victim gave up")
 	}
-}
-
-func waiting(m *Manager) int {
-	n := 0
-	for _, c := range m.Snapshot() {
-		if c.Waiting != nil {
-			n++
-		}
-	}
-	return n
 }
 
 func TestBlockedKeyLetsOthersMove(t *testing.T) {

@@ -26,8 +26,8 @@
 //     the home connection with a capped backoff, so one blocked key never
 //     stops the others. The wait ends with the lock, the context (57014),
 //     the client's lock_timeout (55P03) or statement_timeout (57014), or a
-//     deadlock among lockpool's own waiters (40P01), with PostgreSQL's
-//     messages.
+//     deadlock among lockpool's own waiters (40P01, checked after
+//     deadlock_timeout as PostgreSQL does), with PostgreSQL's messages.
 //   - Keys. Key expressions are evaluated by PostgreSQL on a lock connection
 //     (Session.EvalKeys), never re-implemented here.
 //

@@ -33,7 +33,13 @@ type Session struct {
 type Limits struct {
 	LockTimeout      time.Duration
 	StatementTimeout time.Duration
+	// DeadlockTimeout is how long a wait lasts before it is checked for a
+	// deadlock, as PostgreSQL's deadlock_timeout (0: its default, 1s).
+	DeadlockTimeout time.Duration
 }
+
+// defaultDeadlockTimeout is PostgreSQL's default deadlock_timeout.
+const defaultDeadlockTimeout = time.Second
 
 // SetLabel names the session in Snapshot (e.g. "api pid 123 10.0.0.7:5123").
 func (s *Session) SetLabel(label string) { s.label = label }
@@ -88,6 +94,11 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 	defer cancel()
 	var w *waiter
 	backoff := time.Millisecond
+	dt := lim.DeadlockTimeout
+	if dt <= 0 {
+		dt = defaultDeadlockTimeout
+	}
+	checkAt := time.Now().Add(dt) // the first deadlock check, as PostgreSQL's
 	d.mu.Lock()
 	defer func() {
 		if w != nil {
@@ -115,10 +126,14 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 				w = s.enqueueLocked(ks, mode)
 			}
 			w.remote = false
-			if d.deadlockLocked(s) {
+			untilCheck := time.Until(checkAt)
+			if untilCheck <= 0 && d.deadlockLocked(s) {
 				return false, errDeadlock(key, mode)
 			}
-			if err := d.waitLocked(ctx, ks.changed, 0); err != nil {
+			if untilCheck <= 0 {
+				untilCheck = 0 // checked: from now on at every change
+			}
+			if err := d.waitLocked(ctx, ks.changed, untilCheck); err != nil {
 				return false, err
 			}
 			continue

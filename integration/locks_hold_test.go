@@ -308,35 +308,36 @@ func TestHoldCancelRequestAnswers57014(t *testing.T) {
 func TestHoldDeadlock(t *testing.T) {
 	t.Parallel()
 	l := startLockpool(t, 10, "", lkApp("hd7", "app", 2, 1, "hold", "5s"))
-	a, b := l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")
-	lkMustExec(t, a, "SELECT pg_advisory_lock(9901)")
-	lkMustExec(t, b, "SELECT pg_advisory_lock(9902)")
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := a.Exec(context.Background(), "SELECT pg_advisory_lock(9902)")
-		aDone <- err
-	}()
-	eventually(t, 2*time.Second, "a waits", func() bool {
-		for _, c := range hdDebugHeld(t, l) {
-			if c.Waiting != nil && c.Waiting.Behind == "local" {
-				return true
-			}
-		}
-		return false
-	})
-	_, err := b.Exec(context.Background(), "SELECT pg_advisory_lock(9901)")
-	pe := pgErr(t, err, "40P01")
+	conns := []*pgx.Conn{l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")}
+	keys := []int64{9901, 9902}
+	for i, c := range conns {
+		lkMustExec(t, c, "SELECT pg_advisory_lock($1)", keys[i])
+	}
+	type result struct {
+		who int
+		err error
+	}
+	results := make(chan result, 2)
+	for i, c := range conns {
+		go func() {
+			_, err := c.Exec(context.Background(), "SELECT pg_advisory_lock($1)", keys[1-i])
+			results <- result{i, err}
+		}()
+	}
+	// PostgreSQL's victim: the wait whose deadlock_timeout (1s) runs out first.
+	first := <-results
+	pe := pgErr(t, first.err, "40P01")
 	if pe.Message != "deadlock detected" {
 		t.Fatalf("message %q", pe.Message)
 	}
-	lkMustExec(t, b, "SELECT pg_advisory_unlock_all()")
+	lkMustExec(t, conns[first.who], "SELECT pg_advisory_unlock_all()")
 	select {
-	case err := <-aDone:
-		if err != nil {
-			t.Fatalf("a's lock: %v", err)
+	case r := <-results:
+		if r.err != nil {
+			t.Fatalf("the other lock: %v", r.err)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("a not granted after b's deadlock error")
+	case <-time.After(3 * time.Second):
+		t.Fatal("the other wait not granted after the victim gave up")
 	}
 }
 
