@@ -458,6 +458,21 @@ func TestHoldFallbackPins(t *testing.T) {
 	if m := l.metric("lockpool_advisory_lock_fallbacks_total", map[string]string{"app": app}); m != 1 {
 		t.Fatalf("fallbacks = %v, want 1", m)
 	}
+	// While pinned by the fallback, a whole unlock reaches the pinned
+	// connection that holds the lock, and the session unpins.
+	if !lkMustBool(t, c, "SELECT pg_advisory_unlock(10101)") {
+		t.Fatal("unlock of the fallback's lock returned false")
+	}
+	if g := l.Pinned(app, ""); g != 0 {
+		t.Fatalf("lockpool_pinned_sessions = %v after the unlock, want 0", g)
+	}
+	// Unpinned, whole calls are lockpool's again.
+	if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(10102)") || l.Pinned(app, "") != 0 {
+		t.Fatal("a whole try-lock after the unpin was not held by lockpool")
+	}
+	if hs := hdLockConnHolders(t, superConn(t, "appdb"), lkKey1(10102)); len(hs) != 1 {
+		t.Fatalf("lock connection holders %v", hs)
+	}
 }
 
 // TestHoldLockpoolKilled: when lockpool dies, PostgreSQL releases the

@@ -66,6 +66,11 @@ type Input struct {
 	// Holdable: the statement is, as a whole, one call of a session-level
 	// advisory function that lockpool answers itself under Hold.
 	Holdable bool
+	// AdvisoryPinned: the session is pinned (or holds a pin slot) for
+	// advisory locks its server connection holds, after a fallback: under
+	// Hold its advisory calls go to that connection until it unpins, so an
+	// unlock reaches the lock.
+	AdvisoryPinned bool
 	// State: the statement creates session state that cannot follow the
 	// client to another server connection (LISTEN, temp table, WITH HOLD
 	// cursor, SQL PREPARE, SET ROLE, LOAD). StateKind names it.
@@ -119,7 +124,7 @@ func Decide(in Input) Decision {
 		return Decision{Action: Forward}
 	}
 	if in.AdvisoryLocks == Hold {
-		if in.Holdable {
+		if in.Holdable && !in.AdvisoryPinned {
 			return Decision{Action: Answer}
 		}
 		in.AdvisoryLocks = Pin

@@ -123,6 +123,8 @@ func TestDecideHoldFallback(t *testing.T) {
 		{"unlock in a larger statement probes", Input{AdvisoryLocks: Hold, Advisory: true, Unlock: true}, Probe, true},
 		{"xact lock is no fallback", Input{AdvisoryLocks: Hold, Advisory: true}, Probe, false},
 		{"whole call answered", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true}, Answer, false},
+		{"whole unlock while pinned by a fallback goes to the pinned connection", Input{AdvisoryLocks: Hold, Advisory: true, Unlock: true, Holdable: true, Pinned: true, AdvisoryPinned: true}, Probe, true},
+		{"whole call while pinned for session state is answered", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true, Pinned: true}, Answer, false},
 		{"pin policy has no fallback", Input{Advisory: true, SessionAcquire: true}, PinFirst, false},
 	}
 	for _, tt := range tests {

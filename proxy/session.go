@@ -624,6 +624,7 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		Advisory:       f.Advisory,
 		Unlock:         callsUnlock(f),
 		Holdable:       holdable(f),
+		AdvisoryPinned: (s.pinned || s.slot != nil) && s.pinReason == "advisory_lock",
 		Pinned:         s.pinned,
 	}
 	for _, fn := range f.Funcs {
