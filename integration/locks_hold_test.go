@@ -514,3 +514,77 @@ func TestHoldLockpoolKilled(t *testing.T) {
 	})
 	t.Logf("free %v after lockpool died", time.Since(start))
 }
+
+// TestHoldWireFormats: Describe reports the parameter types PostgreSQL
+// infers for the keys and the result column; results in text and binary
+// format; a call in the middle of a pipeline keeps its place.
+func TestHoldWireFormats(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hdw", "app", 2, 1, "hold", "5s"))
+	c := l.connect(t, "app", "appdb")
+	pc := c.PgConn()
+	ctx := testenv.Context(t, 30*time.Second)
+	describes := []struct {
+		sql    string
+		params []uint32
+		col    string
+		typ    uint32
+	}{
+		{"SELECT pg_try_advisory_lock($1)", []uint32{20}, "pg_try_advisory_lock", 16},
+		{"SELECT pg_try_advisory_lock(hashtext($1)) AS got", []uint32{25}, "got", 16},
+		{"SELECT pg_advisory_lock_shared($1, $2)", []uint32{23, 23}, "pg_advisory_lock_shared", 2278},
+		{"SELECT pg_advisory_unlock($1)::int", []uint32{20}, "pg_advisory_unlock", 23},
+		{"SELECT pg_advisory_unlock_all()", nil, "pg_advisory_unlock_all", 2278},
+	}
+	for i, d := range describes {
+		sd, err := pc.Prepare(ctx, fmt.Sprintf("hdw%d", i), d.sql, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", d.sql, err)
+		}
+		if fmt.Sprint(sd.ParamOIDs) != fmt.Sprint(d.params) || len(sd.Fields) != 1 || sd.Fields[0].Name != d.col || sd.Fields[0].DataTypeOID != d.typ {
+			t.Fatalf("%s: params %v, fields %+v; want %v, %s of type %d", d.sql, sd.ParamOIDs, sd.Fields, d.params, d.col, d.typ)
+		}
+	}
+	results := []struct {
+		sql    string
+		format int16
+		want   string
+	}{
+		{"SELECT pg_try_advisory_lock(24001)", 0, "t"},
+		{"SELECT pg_try_advisory_lock(24001)", 1, "\x01"},
+		{"SELECT pg_try_advisory_lock(24001)::int", 1, "\x00\x00\x00\x01"},
+		{"SELECT pg_try_advisory_lock(24001)::text", 0, "true"},
+		{"SELECT pg_advisory_lock(24001)", 1, ""},
+		{"SELECT pg_advisory_unlock(24001)::integer", 0, "1"},
+		{"SELECT pg_advisory_lock(NULL)", 0, "<NULL>"},
+	}
+	for _, r := range results {
+		res := pc.ExecParams(ctx, r.sql, nil, nil, nil, []int16{r.format}).Read()
+		if res.Err != nil {
+			t.Fatalf("%s: %v", r.sql, res.Err)
+		}
+		got := "<NULL>"
+		if len(res.Rows) == 1 && res.Rows[0][0] != nil {
+			got = string(res.Rows[0][0])
+		}
+		if len(res.Rows) != 1 || got != r.want || res.CommandTag.String() != "SELECT 1" {
+			t.Fatalf("%s (format %d): rows %q tag %q, want %q", r.sql, r.format, res.Rows, res.CommandTag, r.want)
+		}
+	}
+	// A pipeline: a server statement, a held call, a server statement.
+	b := &pgconn.Batch{}
+	b.ExecParams("SELECT 1", nil, nil, nil, nil)
+	b.ExecParams("SELECT pg_try_advisory_lock(24002)", nil, nil, nil, nil)
+	b.ExecParams("SELECT 3", nil, nil, nil, nil)
+	rs, err := pc.ExecBatch(ctx, b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rs {
+		got = append(got, string(r.Rows[0][0]))
+	}
+	if fmt.Sprint(got) != "[1 t 3]" {
+		t.Fatalf("pipeline results %v, want [1 t 3]", got)
+	}
+}
