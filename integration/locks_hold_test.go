@@ -386,6 +386,9 @@ func TestHoldLockConnectionTerminated(t *testing.T) {
 			t.Fatalf("client %d still open after %v", i, err)
 		}
 	}
+	eventually(t, time.Second, "lockpool_advisory_locks_held back to 0", func() bool {
+		return l.metric("lockpool_advisory_locks_held", map[string]string{"app": "hd8"}) == 0
+	})
 	// New clients can lock again.
 	c := l.connect(t, "app", "appdb")
 	if !lkMustBool(t, c, "SELECT pg_try_advisory_lock(10000)") {
@@ -544,6 +547,10 @@ func TestHoldWireFormats(t *testing.T) {
 		if fmt.Sprint(sd.ParamOIDs) != fmt.Sprint(d.params) || len(sd.Fields) != 1 || sd.Fields[0].Name != d.col || sd.Fields[0].DataTypeOID != d.typ {
 			t.Fatalf("%s: params %v, fields %+v; want %v, %s of type %d", d.sql, sd.ParamOIDs, sd.Fields, d.params, d.col, d.typ)
 		}
+	}
+	// PostgreSQL parses the key expressions at Parse, as it would the call.
+	if _, err := pc.Prepare(ctx, "hdwbad", "SELECT pg_advisory_lock(1 +)", nil); sqlState(err) != "42601" {
+		t.Fatalf("Parse of a bad key expression = %v, want 42601", err)
 	}
 	results := []struct {
 		sql    string

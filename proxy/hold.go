@@ -114,31 +114,42 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// heldState is a session's held advisory locks.
+type heldState struct {
+	locks   *advisory.Session // nil until the first held call
+	counted int               // holds counted in lockpool_advisory_locks_held
+}
+
 // heldLocks returns the session's held advisory locks, made at first use.
 func (s *session) heldLocks() (*advisory.Session, *pgError) {
 	if s.srv.locks == nil {
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "Run lockpool with a lock manager.", "advisory_locks: hold is not available on this lockpool instance")
 	}
-	if s.held == nil {
-		s.held = s.srv.locks.NewSession(s.database, func() {
+	if s.held.locks == nil {
+		s.held.locks = s.srv.locks.NewSession(s.database, func() {
 			s.kill(pgerr.ConnectionLost(true).Fatal())
 		})
-		s.held.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
+		s.held.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
 	}
-	return s.held, nil
+	return s.held.locks, nil
+}
+
+// countHeld brings lockpool_advisory_locks_held up to date with n holds.
+func (s *session) countHeld(n int) {
+	if s.app.hold != nil && n != s.held.counted {
+		s.app.hold.held.Add(float64(n - s.held.counted))
+	}
+	s.held.counted = n
 }
 
 // closeHeld releases the session's held locks when it ends.
 func (s *session) closeHeld() {
-	if s.held == nil {
+	if s.held.locks == nil {
 		return
 	}
-	n := s.held.Held()
-	s.held.Close()
-	if s.app.hold != nil && n > 0 {
-		s.app.hold.held.Sub(float64(n))
-	}
-	s.held = nil
+	s.held.locks.Close()
+	s.countHeld(0)
+	s.held.locks = nil
 }
 
 // onHeldQuery answers a simple-protocol held call in its place in the
@@ -179,7 +190,9 @@ func (s *session) onHeldParse(f *rewrite.Findings, name string, rest []byte) err
 		}
 	}
 	types := declared
-	if f.Hold.MaxParam > 0 || len(declared) > 0 {
+	if _, literal := advisory.LiteralKey(f.Hold.Args); !literal && f.Hold.Func != rewrite.AdvisoryUnlockAll || len(declared) > 0 {
+		// PostgreSQL parses the key expressions now, as it would the
+		// client's statement: types for Describe, errors at Parse.
 		hs, pe := s.heldLocks()
 		if pe != nil {
 			return s.fail(pe, false)
@@ -295,7 +308,6 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 		return nil, pe
 	}
 	sh, _ := shapeOf(call)
-	before := hs.Held()
 	ctx := s.waitContext()
 	defer s.endWait()
 	var key advisory.Key
@@ -334,11 +346,7 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 			s.app.hold.wait.Observe(time.Since(start).Seconds())
 		}
 	}
-	if s.app.hold != nil {
-		if d := hs.Held() - before; d != 0 {
-			s.app.hold.held.Add(float64(d))
-		}
-	}
+	s.countHeld(hs.Held())
 	if err != nil {
 		pe, _ := pgerr.As(err)
 		return nil, pe

@@ -14,7 +14,6 @@ import (
 
 	"github.com/lockpool/lockpool/internal/wire"
 
-	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
@@ -98,7 +97,7 @@ type session struct {
 	setNames     []string
 
 	// Held advisory locks (advisory_locks: hold).
-	held *advisory.Session
+	held heldState
 
 	// Lease calls.
 	lease    LeaseSession
