@@ -1,0 +1,123 @@
+package integration
+
+// Migrators that serialise on a session advisory lock, as golang-migrate
+// (a blocking pg_advisory_lock) and goose's session locker (a retried
+// pg_try_advisory_lock) do, run at once through lockpool on a budget of 2
+// under advisory_locks: hold.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
+)
+
+func TestHoldMigratorsSerialise(t *testing.T) {
+	t.Parallel()
+	const app, migrators, steps = "hdm", 6, 5
+	l := startLockpool(t, 10, "", lkApp(app, "app", 2, 1, "hold", "10s"))
+	su := superConn(t, "appdb")
+	ctx := testenv.Context(t, 120*time.Second)
+	prefix := uniqueName(t, "hdm")
+	history := prefix + "_versions"
+	lkMustExec(t, su, "CREATE TABLE "+history+" (version int PRIMARY KEY, by int NOT NULL); GRANT ALL ON "+history+" TO PUBLIC")
+	const lockKey = int64(-7241865325823964) // one key for every migrator, as the tools use
+
+	// migrate applies the missing steps under the lock; each step is a
+	// transaction that creates a table and records its version.
+	migrate := func(id int, c *pgx.Conn) error {
+		for v := 1; v <= steps; v++ {
+			var done bool
+			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+history+" WHERE version = $1)", v).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s_%d (id int)", prefix, v)); err != nil {
+				_ = tx.Rollback(ctx)
+				return fmt.Errorf("step %d applied twice? %w", v, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+history+" VALUES ($1, $2)", v, id); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var maxPinned atomic.Int64
+	stop := lkSampler(10*time.Millisecond, func() {
+		if g := int64(l.Pinned(app, "")); g > maxPinned.Load() {
+			maxPinned.Store(g)
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, migrators)
+	for i := 0; i < migrators; i++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, l.dsn("app", "appdb"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close(context.Background())
+			if id%2 == 0 {
+				// golang-migrate: block on the lock.
+				if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+					errs <- err
+					return
+				}
+			} else {
+				// goose's session locker: retry the try-lock.
+				for {
+					var ok bool
+					if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey).Scan(&ok); err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						break
+					}
+					time.Sleep(20 * time.Millisecond) // the tool's retry interval
+				}
+			}
+			if err := migrate(id, c); err != nil {
+				errs <- err
+				return
+			}
+			var ok bool
+			if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lockKey).Scan(&ok); err != nil || !ok {
+				errs <- fmt.Errorf("unlock = %v, %v", ok, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	stop()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var n int
+	if err := su.QueryRow(ctx, "SELECT count(*) FROM "+history).Scan(&n); err != nil || n != steps {
+		t.Fatalf("versions recorded = %d, %v; want %d", n, err, steps)
+	}
+	if m := maxPinned.Load(); m != 0 {
+		t.Fatalf("lockpool_pinned_sessions reached %d, want 0", m)
+	}
+	eventually(t, time.Second, "no lock left", func() bool { return len(lkHolders(t, su, lkKey1(lockKey))) == 0 })
+}
