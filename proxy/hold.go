@@ -147,7 +147,7 @@ func (s *session) closeHeld() {
 	if s.held.locks == nil {
 		return
 	}
-	s.held.locks.Close()
+	s.offload(s.held.locks.Close) // unlocks on the lock connections
 	s.countHeld(0)
 	s.held.locks = nil
 }
@@ -334,9 +334,9 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 	case null:
 		isNull = true
 	case call.Func == rewrite.AdvisoryUnlockAll:
-		err = hs.UnlockAll()
+		s.offload(func() { err = hs.UnlockAll() })
 	case call.Func.Unlock():
-		result, warn, err = hs.Unlock(key, mode)
+		s.offload(func() { result, warn, err = hs.Unlock(key, mode) })
 	default:
 		try := call.Func.Try()
 		lim := s.lockLimits()
