@@ -1,9 +1,13 @@
 package integration
 
-// Migrators that serialise on a session advisory lock, as golang-migrate
-// (a blocking pg_advisory_lock) and goose's session locker (a retried
-// pg_try_advisory_lock) do, run at once through lockpool on a budget of 2
-// under advisory_locks: hold.
+// Migrators that serialise on a session advisory lock with the statements
+// of goose's session locker (v3.24 lock/postgres.go: a retried
+// SELECT pg_try_advisory_lock($1), then SELECT pg_advisory_unlock($1);
+// goose's CLI takes no lock, only its library does) and of golang-migrate
+// (a blocking SELECT pg_advisory_lock($1)) run at once through lockpool on
+// a budget of 2 under advisory_locks: hold. The real golang-migrate and
+// node-pg-migrate run in locks_hold_gomigrate_test.go and
+// locks_hold_nodemigrate_test.go.
 
 import (
 	"context"
