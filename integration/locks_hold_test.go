@@ -595,3 +595,46 @@ func TestHoldWireFormats(t *testing.T) {
 		t.Fatalf("pipeline results %v, want [1 t 3]", got)
 	}
 }
+
+// TestHoldShutdownEndsWaits: a client waiting for a held lock does not
+// hold up lockpool's shutdown.
+func TestHoldShutdownEndsWaits(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hdsd", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	if !lkMustBool(t, su, "SELECT pg_try_advisory_lock(25001)") {
+		t.Fatal("direct try-lock false")
+	}
+	defer lkMustExec(t, su, "SELECT pg_advisory_unlock(25001)")
+	c := l.connect(t, "app", "appdb")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(context.Background(), "SELECT pg_advisory_lock(25001)")
+		done <- err
+	}()
+	eventually(t, 2*time.Second, "the client waits", func() bool {
+		for _, cl := range hdDebugHeld(t, l) {
+			if cl.Waiting != nil {
+				return true
+			}
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := l.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("shutdown took %v with a held-lock wait", took)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the wait succeeded during shutdown")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiting client was not ended")
+	}
+}

@@ -142,6 +142,18 @@ func (s *session) countHeld(n int) {
 	s.held.counted = n
 }
 
+// stopWait ends a wait in lockpool of a session that another goroutine
+// is closing (kill): a held lock's wait has no bound of its own, and the
+// session goroutine must get to its cleanup.
+func (s *session) stopWait() {
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	if s.link.waiting && s.link.waitStop != nil {
+		s.link.waitStop()
+		s.link.waitCtx, s.link.waitStop = nil, nil
+	}
+}
+
 // closeHeld releases the session's held locks when it ends.
 func (s *session) closeHeld() {
 	if s.held.locks == nil {

@@ -864,6 +864,7 @@ func (s *session) drain() {
 // goroutine); the session goroutine then ends and cleans up.
 func (s *session) kill(pe *pgError) {
 	s.out.end(nil, pe)
+	s.stopWait()
 }
 
 // cleanup runs when the session goroutine ends, however it ends.
