@@ -618,3 +618,46 @@ func TestClosedManager(t *testing.T) {
 		t.Fatalf("Lock on a closed manager = %v", err)
 	}
 }
+
+func TestMaxWaitersQueue(t *testing.T) {
+	m := newManager(t, func(o *Options) { o.MaxWaiters = 1 })
+	d := direct(t)
+	keys := []Key{OneKey(1101), OneKey(1102), OneKey(1103)}
+	for _, k := range keys {
+		directTry(t, d, k, Exclusive)
+	}
+	errs := make(chan error, len(keys))
+	for _, k := range keys {
+		s := m.NewSession(appDB, nil)
+		defer s.Close()
+		go func() {
+			_, err := s.Lock(context.Background(), k, Exclusive, false, Limits{})
+			errs <- err
+		}()
+	}
+	eventually(t, time.Second, "three waiters", func() bool {
+		n := 0
+		for _, c := range m.Snapshot() {
+			if c.Waiting != nil {
+				n++
+			}
+		}
+		return n == 3
+	})
+	directUnlockAll(t, d)
+	for range keys {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a waiter beyond max_waiters was not granted")
+		}
+	}
+	for _, k := range keys {
+		if n := lockRows(t, k); n != 1 {
+			t.Fatalf("key %s: %d pg_locks rows, want 1", k, n)
+		}
+	}
+}

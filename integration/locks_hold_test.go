@@ -282,6 +282,10 @@ func TestHoldWaitEnds(t *testing.T) {
 			}
 		})
 	}
+	// Every blocking call was timed, cancelled ones included.
+	if n := l.metric("lockpool_advisory_lock_wait_seconds", map[string]string{"app": "hd5"}); n != float64(len(tests)) {
+		t.Fatalf("lockpool_advisory_lock_wait_seconds counts %v waits, want %d", n, len(tests))
+	}
 }
 
 func TestHoldCancelRequestAnswers57014(t *testing.T) {
