@@ -661,3 +661,35 @@ func TestMaxWaitersQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyExpressionsIsolated: a key expression runs where no client's lock
+// lives, and what it does to advisory locks does not stay.
+func TestKeyExpressionsIsolated(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	held := OneKey(1201)
+	mustLock(t, s, held, Exclusive, false)
+	tests := []struct {
+		name string
+		expr string
+		want int64
+	}{
+		{"unlock_all inside", "(SELECT 6 FROM (SELECT pg_advisory_unlock_all()) x)", 6},
+		{"a lock inside", "(SELECT 7 FROM (SELECT pg_advisory_lock(1202)) x)", 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, _, err := s.EvalKeys(context.Background(), []string{tt.expr}, Params{})
+			if err != nil || k != OneKey(tt.want) {
+				t.Fatalf("EvalKeys = %v, %v; want %d", k, err, tt.want)
+			}
+			if n := lockRows(t, held); n != 1 {
+				t.Fatalf("the held key has %d pg_locks rows after the expression, want 1", n)
+			}
+			if n := lockRows(t, OneKey(1202)); n != 0 {
+				t.Fatalf("the expression's own lock stayed (%d rows)", n)
+			}
+		})
+	}
+}

@@ -76,6 +76,38 @@ func (lc *lockConn) query(ctx context.Context, sql string, params [][]byte, oids
 	return row, gen, res.Err
 }
 
+// eval runs a key evaluation (text results) and, in the same round trip,
+// pg_advisory_unlock_all(), so that whatever the client's expression did
+// to advisory locks does not stay on the connection. It returns the first
+// row's values (nil for NULL).
+func (lc *lockConn) eval(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return nil, err
+	}
+	gen := lc.gen
+	b := &pgconn.Batch{}
+	b.ExecParams(sql, params, oids, formats, nil)
+	b.ExecParams("SELECT pg_catalog.pg_advisory_unlock_all()", nil, nil, nil, nil)
+	res, err := c.PgConn().ExecBatch(ctx, b).ReadAll()
+	var row [][]byte
+	if err == nil && len(res) > 0 && res[0].Err == nil && len(res[0].Rows) > 0 {
+		row = res[0].Rows[0]
+	}
+	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row, nil
+}
+
 // isConnError reports an error that is not a server's statement error.
 func isConnError(err error) bool {
 	var pe *pgconn.PgError

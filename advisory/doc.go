@@ -28,8 +28,11 @@
 //     the client's lock_timeout (55P03) or statement_timeout (57014), or a
 //     deadlock among lockpool's own waiters (40P01, checked after
 //     deadlock_timeout as PostgreSQL does), with PostgreSQL's messages.
-//   - Keys. Key expressions are evaluated by PostgreSQL on a lock connection
-//     (Session.EvalKeys), never re-implemented here.
+//   - Keys. Key expressions are evaluated by PostgreSQL (Session.EvalKeys),
+//     never re-implemented here, on one more connection per database, the
+//     key connection, which holds no lock: a client's expression never runs
+//     where other clients' locks live, and pg_advisory_unlock_all() runs
+//     after each evaluation so that nothing it did to advisory locks stays.
 //
 // # Invariants
 //

@@ -397,7 +397,7 @@ func (s *Session) ParamTypes(ctx context.Context, exprs []string, declared []uin
 	opCtx, cancel := opContext()
 	defer cancel()
 	_ = ctx // never cancelled: see opContext
-	types, err := d.conns[int(s.id%uint64(len(d.conns)))].paramTypes(opCtx, keySQL(exprs), declared)
+	types, err := d.keys.paramTypes(opCtx, keySQL(exprs), declared)
 	if err != nil {
 		return nil, pgError(err)
 	}
@@ -417,7 +417,8 @@ func pgError(err error) *pgerr.Error {
 }
 
 // EvalKeys evaluates key expressions (the SQL text of a call's one or two
-// arguments, which may use $n) on a lock connection, with the client's
+// arguments, which may use $n) on the database's key connection (which
+// holds no lock), with the client's
 // parameters, as the arguments of pg_advisory_lock(bigint) or (int, int).
 // null reports a NULL key: the advisory functions are strict, so the call
 // returns NULL and takes nothing. Errors are *pgerr.Error, as PostgreSQL
@@ -433,8 +434,7 @@ func (s *Session) EvalKeys(ctx context.Context, exprs []string, p Params) (key K
 	opCtx, cancel := opContext()
 	defer cancel()
 	_ = ctx // the evaluation is short and never cancelled: see opContext
-	slot := int(s.id % uint64(len(d.conns)))
-	row, _, err := d.conns[slot].query(opCtx, keySQL(exprs), p.Values, p.OIDs, p.Formats)
+	row, err := d.keys.eval(opCtx, keySQL(exprs), p.Values, p.OIDs, p.Formats)
 	if err != nil {
 		return Key{}, false, pgError(err)
 	}

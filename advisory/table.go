@@ -38,18 +38,23 @@ type database struct {
 	m     *Manager
 	name  string
 	conns []*lockConn
+	// keys evaluates key expressions and holds no lock: a client's
+	// expression (a function of its own, say) never runs where other
+	// clients' locks live.
+	keys  *lockConn
 	turns chan struct{} // max_waiters: one token per waiter behind a remote holder
 
 	mu       sync.Mutex
-	keys     map[Key]*keyState
+	table    map[Key]*keyState
 	sessions map[*Session]struct{} // sessions that hold or wait
 }
 
 func newDatabase(m *Manager, name string) *database {
-	d := &database{m: m, name: name, turns: make(chan struct{}, m.opts.MaxWaiters), keys: map[Key]*keyState{}, sessions: map[*Session]struct{}{}}
+	d := &database{m: m, name: name, turns: make(chan struct{}, m.opts.MaxWaiters), table: map[Key]*keyState{}, sessions: map[*Session]struct{}{}}
 	for i := 0; i < m.opts.MaxConnections; i++ {
 		d.conns = append(d.conns, &lockConn{db: d, slot: i})
 	}
+	d.keys = &lockConn{db: d, slot: keySlot}
 	return d
 }
 
@@ -70,10 +75,10 @@ func (d *database) home(k Key) int {
 
 // keyLocked returns the key's state, creating it.
 func (d *database) keyLocked(k Key) *keyState {
-	ks := d.keys[k]
+	ks := d.table[k]
 	if ks == nil {
 		ks = &keyState{key: k, home: d.home(k), holders: map[*Session]*[2]int{}, changed: make(chan struct{})}
-		d.keys[k] = ks
+		d.table[k] = ks
 	}
 	return ks
 }
@@ -81,7 +86,7 @@ func (d *database) keyLocked(k Key) *keyState {
 // tidyLocked forgets a key nobody holds, waits for or works on.
 func (d *database) tidyLocked(ks *keyState) {
 	if len(ks.holders) == 0 && len(ks.waiters) == 0 && !ks.busy && !ks.pg[0] && !ks.pg[1] {
-		delete(d.keys, ks.key)
+		delete(d.table, ks.key)
 	}
 }
 
@@ -277,7 +282,7 @@ func (d *database) syncPGLocked(ks *keyState) {
 func (d *database) holdsOn(slot int) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, ks := range d.keys {
+	for _, ks := range d.table {
 		if ks.home == slot && (ks.pg[0] || ks.pg[1]) {
 			return true
 		}
@@ -290,7 +295,7 @@ func (d *database) holdsOn(slot int) bool {
 func (d *database) connLost(slot int, gen uint64) {
 	var told []*Session
 	d.mu.Lock()
-	for _, ks := range d.keys {
+	for _, ks := range d.table {
 		if ks.home != slot || ks.gen != gen || !(ks.pg[0] || ks.pg[1]) {
 			continue
 		}
@@ -323,7 +328,11 @@ func (d *database) close() {
 	for _, lc := range d.conns {
 		lc.close()
 	}
+	d.keys.close()
 }
+
+// keySlot is the slot number of the key evaluation connection.
+const keySlot = -1
 
 func (d *database) snapshot() []ClientLocks {
 	pids := make([]uint32, len(d.conns))

@@ -237,7 +237,7 @@ var keys = []key{
 		meaning: "lockpool's own lock connections, for applications with `advisory_locks: hold`",
 		at:      func(c any) any { return &c.(*Config).Locks }},
 	{path: "locks.max_connections", kind: kindInt, def: "2", check: atLeast(1),
-		meaning: "lock connections per database (`application_name` `lockpool locks`), outside every application budget",
+		meaning: "lock connections per database (`application_name` `lockpool locks`; one more evaluates key expressions), outside every application budget",
 		at:      func(l any) any { return &l.(*Locks).MaxConnections }},
 	{path: "locks.max_waiters", kind: kindInt, def: "16", check: atLeast(1),
 		meaning: "blocking acquires per database that wait behind a holder outside lockpool at once (more queue in lockpool)",
