@@ -693,3 +693,34 @@ func TestKeyExpressionsIsolated(t *testing.T) {
 		})
 	}
 }
+
+func TestParamKey(t *testing.T) {
+	bin8 := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}
+	tests := []struct {
+		name  string
+		exprs []string
+		p     Params
+		want  Key
+		ok    bool
+	}{
+		{"int8 text", []string{"$1"}, Params{Values: [][]byte{[]byte("42")}, OIDs: []uint32{20}}, OneKey(42), true},
+		{"int8 binary", []string{"$1"}, Params{Values: [][]byte{bin8}, OIDs: []uint32{20}, Formats: []int16{1}}, OneKey(-2), true},
+		{"int4 for one key", []string{"$1"}, Params{Values: [][]byte{{0, 0, 0, 9}}, OIDs: []uint32{23}, Formats: []int16{1}}, OneKey(9), true},
+		{"two int4", []string{"$2", "$1"}, Params{Values: [][]byte{[]byte("1"), []byte("-3")}, OIDs: []uint32{23, 23}}, TwoKeys(-3, 1), true},
+		{"int8 for two keys", []string{"$1", "$1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"text type", []string{"$1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{25}}, Key{}, false},
+		{"NULL", []string{"$1"}, Params{Values: [][]byte{nil}, OIDs: []uint32{20}}, Key{}, false},
+		{"spaces for PostgreSQL", []string{"$1"}, Params{Values: [][]byte{[]byte(" 1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"expression", []string{"$1 + 1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"missing parameter", []string{"$2"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"short binary", []string{"$1"}, Params{Values: [][]byte{{1}}, OIDs: []uint32{20}, Formats: []int16{1}}, Key{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, ok := ParamKey(tt.exprs, tt.p)
+			if k != tt.want || ok != tt.ok {
+				t.Fatalf("ParamKey = %v, %v; want %v, %v", k, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

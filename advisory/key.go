@@ -124,3 +124,65 @@ func LiteralKey(exprs []string) (Key, bool) {
 	}
 	return Key{}, false
 }
+
+// ParamKey returns the key for key arguments that are each exactly one
+// parameter ($n) whose value PostgreSQL would read as the integer it plainly
+// is: a non-NULL int8, int4 or int2 (text digits, or binary of that size)
+// where the advisory function's argument type is expected. Anything else is
+// for PostgreSQL to evaluate (Session.EvalKeys).
+func ParamKey(exprs []string, p Params) (Key, bool) {
+	var v [2]int64
+	if len(exprs) < 1 || len(exprs) > 2 {
+		return Key{}, false
+	}
+	bits := 64
+	if len(exprs) == 2 {
+		bits = 32
+	}
+	for i, e := range exprs {
+		e = strings.TrimSpace(e)
+		if len(e) < 2 || e[0] != '$' {
+			return Key{}, false
+		}
+		n, err := strconv.Atoi(e[1:])
+		if err != nil || n < 1 || n > len(p.Values) || n > len(p.OIDs) || p.Values[n-1] == nil {
+			return Key{}, false
+		}
+		val, oid := p.Values[n-1], p.OIDs[n-1]
+		format := int16(0)
+		if n-1 < len(p.Formats) {
+			format = p.Formats[n-1]
+		}
+		size := map[uint32]int{20: 8, 23: 4, 21: 2}[oid]
+		if size == 0 || size == 8 && bits == 32 {
+			return Key{}, false
+		}
+		if format == 1 {
+			if len(val) != size {
+				return Key{}, false
+			}
+			var x uint64
+			for _, b := range val {
+				x = x<<8 | uint64(b)
+			}
+			switch size {
+			case 8:
+				v[i] = int64(x)
+			case 4:
+				v[i] = int64(int32(uint32(x)))
+			case 2:
+				v[i] = int64(int16(uint16(x)))
+			}
+			continue
+		}
+		x, err := strconv.ParseInt(string(val), 10, size*8)
+		if err != nil {
+			return Key{}, false
+		}
+		v[i] = x
+	}
+	if len(exprs) == 2 {
+		return TwoKeys(int32(v[0]), int32(v[1])), true
+	}
+	return OneKey(v[0]), true
+}

@@ -327,6 +327,9 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 	if call.Func != rewrite.AdvisoryUnlockAll {
 		var ok bool
 		if key, ok = advisory.LiteralKey(call.Args); !ok {
+			key, ok = advisory.ParamKey(call.Args, p)
+		}
+		if !ok {
 			var err error
 			s.offload(func() { key, null, err = hs.EvalKeys(ctx, call.Args, p) })
 			if err != nil {
