@@ -30,10 +30,17 @@ type lockConn struct {
 	stop chan struct{}
 }
 
-// conn returns the live connection, dialling one if needed. Call with lc.mu held.
+// connLocked returns the live connection, dialling one if needed (never
+// after the manager's Close). Call with lc.mu held.
 func (lc *lockConn) connLocked(ctx context.Context) (*pgx.Conn, error) {
 	if lc.c != nil && !lc.c.IsClosed() {
 		return lc.c, nil
+	}
+	lc.db.m.mu.Lock()
+	closed := lc.db.m.closed
+	lc.db.m.mu.Unlock()
+	if closed {
+		return nil, errClosed() // no new connection after Close
 	}
 	cfg, err := lc.db.m.connConfig(lc.db.name)
 	if err != nil {
