@@ -173,7 +173,9 @@ func (lc *lockConn) lost(gen uint64) {
 	lc.db.connLost(lc.slot, gen)
 }
 
-// close ends the connection (PostgreSQL releases its locks).
+// close ends the connection. Its locks are given back first, so they are
+// free when close returns (PostgreSQL would release them too, a moment
+// after the connection ends).
 func (lc *lockConn) close() {
 	lc.mu.Lock()
 	c := lc.c
@@ -185,6 +187,7 @@ func (lc *lockConn) close() {
 	lc.mu.Unlock()
 	if c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.PgConn().Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock_all()").Close()
 		_ = c.Close(ctx)
 		cancel()
 	}

@@ -34,6 +34,7 @@ func TestHoldSeedFailure(t *testing.T) {
 			su := superConn(t, "appdb")
 			ctx := testenv.Context(t, 60*time.Second)
 			table := uniqueName(t, "hold_seed")
+			hdDropTables(t, table)
 			lkMustExec(t, su, "CREATE TABLE "+table+" (id serial PRIMARY KEY, at timestamptz DEFAULT now())")
 			lkMustExec(t, su, "GRANT ALL ON "+table+", "+table+"_id_seq TO PUBLIC")
 			base := int64(20000 + 1000*i)

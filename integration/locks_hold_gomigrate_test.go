@@ -70,6 +70,7 @@ func TestHoldGolangMigrate(t *testing.T) {
 	ctx := testenv.Context(t, 120*time.Second)
 	dir := t.TempDir()
 	prefix := uniqueName(t, "hdgm")
+	hdDropTables(t, prefix)
 	for i := 1; i <= steps; i++ {
 		for dir2, sql := range map[string]string{"up": fmt.Sprintf("CREATE TABLE %s_%d (id int);", prefix, i), "down": fmt.Sprintf("DROP TABLE %s_%d;", prefix, i)} {
 			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d_step.%s.sql", i, dir2)), []byte(sql), 0o644); err != nil {

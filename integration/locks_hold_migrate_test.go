@@ -29,6 +29,7 @@ func TestHoldMigratorsSerialise(t *testing.T) {
 	su := superConn(t, "appdb")
 	ctx := testenv.Context(t, 120*time.Second)
 	prefix := uniqueName(t, "hdm")
+	hdDropTables(t, prefix)
 	history := prefix + "_versions"
 	lkMustExec(t, su, "CREATE TABLE "+history+" (version int PRIMARY KEY, by int NOT NULL); GRANT ALL ON "+history+" TO PUBLIC")
 	const lockKey = int64(-7241865325823964) // one key for every migrator, as the tools use
@@ -124,4 +125,24 @@ func TestHoldMigratorsSerialise(t *testing.T) {
 		t.Fatalf("lockpool_pinned_sessions reached %d, want 0", m)
 	}
 	eventually(t, time.Second, "no lock left", func() bool { return len(lkHolders(t, su, lkKey1(lockKey))) == 0 })
+}
+
+// hdDropTables drops the tables whose names start with prefix (left by an
+// earlier run of the test, -count), now and when t ends.
+func hdDropTables(t *testing.T, prefix string) {
+	t.Helper()
+	drop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		su := testenv.SuperConn(t, "appdb")
+		_, err := su.Exec(ctx, `DO $$DECLARE r record; BEGIN
+			FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, '`+prefix+`') LOOP
+				EXECUTE format('DROP TABLE %I CASCADE', r.tablename);
+			END LOOP; END$$`)
+		return err
+	}
+	if err := drop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drop() })
 }

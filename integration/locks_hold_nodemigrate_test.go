@@ -23,6 +23,7 @@ func TestHoldNodePgMigrate(t *testing.T) {
 	ctx := testenv.Context(t, 120*time.Second)
 	dir := t.TempDir()
 	prefix := uniqueName(t, "hdnm")
+	hdDropTables(t, prefix)
 	for i := 1; i <= migrations; i++ {
 		sql := fmt.Sprintf("-- Up Migration\nCREATE TABLE %s_%d (id int);\n-- Down Migration\nDROP TABLE %s_%d;\n", prefix, i, prefix, i)
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d_step%d.sql", 1700000000000+i, i)), []byte(sql), 0o644); err != nil {
