@@ -25,10 +25,9 @@ import (
 // is handled as under pin (a fallback, counted and logged once per
 // statement text).
 
-// Result types of held calls.
-const (
-	oidVoid = 2278
-)
+// oidVoid is PostgreSQL's void type, the result of pg_advisory_lock and
+// pg_advisory_unlock_all.
+const oidVoid = 2278
 
 // holdApp is an application's hold metrics and fallback log.
 type holdApp struct {
