@@ -57,8 +57,10 @@
 //   - len(Users) ≥ 1 and len(Applications) ≥ 1. Application names are unique;
 //     every Application.User names an entry of Users; no two applications
 //     share the same (User, Database) pair, so [Config.Match] is unambiguous.
-//   - PoolMode ∈ {transaction, session}; AdvisoryLocks, SessionState ∈
-//     {pin, reject, allow}.
+//   - PoolMode ∈ {transaction, session}; AdvisoryLocks ∈ {pin, reject,
+//     allow, hold}; SessionState ∈ {pin, reject, allow}.
+//   - Locks.MaxConnections ≥ 1 and Locks.MaxWaiters ≥ 1 (lock connections
+//     are per database and outside every budget and the pin reservation).
 //   - Every MaxConnections ≥ 1, 0 ≤ MaxPinned < the application's
 //     MaxConnections, MaxPreparedStatements ≥ 1.
 //   - Σ Applications[i].MaxPinned + Leases.MaxConnections <

@@ -206,8 +206,8 @@ var keys = []key{
 	{path: "applications[].max_pinned", kind: kindInt, def: "1",
 		meaning: "of those, how many may be pinned at once (must be less than `max_connections`)",
 		at:      func(a any) any { return &a.(*Application).MaxPinned }},
-	{path: "applications[].advisory_locks", kind: kindEnum, def: "pin", options: []string{"pin", "reject", "allow"},
-		meaning: "`pin`, `reject` or `allow` (see Locks)",
+	{path: "applications[].advisory_locks", kind: kindEnum, def: "pin", options: []string{"pin", "reject", "allow", "hold"},
+		meaning: "`pin`, `reject`, `allow` or `hold` (see Locks and Held advisory locks)",
 		at:      func(a any) any { return &a.(*Application).AdvisoryLocks }},
 	{path: "applications[].session_state", kind: kindEnum, def: "pin", options: []string{"pin", "reject", "allow"},
 		meaning: "`pin`, `reject` or `allow` for LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, SET ROLE, LOAD",
@@ -250,6 +250,16 @@ var keys = []key{
 	{path: "leases.max_connections", kind: kindInt, def: "2", check: atLeast(1),
 		meaning: "lockpool's own lease connections (plus one LISTEN connection per database with waiters)",
 		at:      func(l any) any { return &l.(*Leases).MaxConnections }},
+
+	{path: "locks", kind: kindSection,
+		meaning: "lockpool's own lock connections, for applications with `advisory_locks: hold`",
+		at:      func(c any) any { return &c.(*Config).Locks }},
+	{path: "locks.max_connections", kind: kindInt, def: "2", check: atLeast(1),
+		meaning: "lock connections per database (`application_name` `lockpool locks`; one more evaluates key expressions), outside every application budget",
+		at:      func(l any) any { return &l.(*Locks).MaxConnections }},
+	{path: "locks.max_waiters", kind: kindInt, def: "16", check: atLeast(1),
+		meaning: "blocking acquires per database that wait behind a holder outside lockpool at once (more queue in lockpool)",
+		at:      func(l any) any { return &l.(*Locks).MaxWaiters }},
 }
 
 const (

@@ -31,6 +31,7 @@ type Config struct {
 	Users                  []User
 	Applications           []Application
 	Leases                 Leases
+	Locks                  Locks
 	AuthQuery              *AuthQuery // auth_query: nil when not configured
 
 	// Path is the file the config was read from ("" when parsed from bytes).
@@ -72,7 +73,7 @@ type Application struct {
 	PoolMode              string        // pool_mode: transaction | session
 	MaxConnections        int           // max_connections
 	MaxPinned             int           // max_pinned (must be < MaxConnections)
-	AdvisoryLocks         string        // advisory_locks: pin | reject | allow
+	AdvisoryLocks         string        // advisory_locks: pin | reject | allow | hold
 	SessionState          string        // session_state: pin | reject | allow
 	WaitTimeout           time.Duration // wait_timeout
 	MaxPreparedStatements int           // max_prepared_statements: per server connection
@@ -83,6 +84,12 @@ type Application struct {
 type Leases struct {
 	Schema         string // schema
 	MaxConnections int    // max_connections: lockpool's own lease connections, all databases together
+}
+
+// Locks configures lockpool's own lock connections (advisory_locks: hold).
+type Locks struct {
+	MaxConnections int // max_connections: lock connections per database, outside every application budget
+	MaxWaiters     int // max_waiters: acquires waiting behind a holder outside lockpool at once, per database
 }
 
 // Match returns the application a client logging in as user to database

@@ -11,9 +11,10 @@ import (
 
 // testRoles are the roles TestMain makes on the shared cluster: the
 // applications' users, and one role for each test that counts its backends
-// in pg_stat_activity (bench, hup, dier, params, pooler, psqlr, lkrand).
+// in pg_stat_activity (bench, hup, dier, params, pooler, psqlr, lkrand,
+// lkhold).
 var testRoles = []string{"app", "app2", "jobs", "rejecter", "other",
-	"bench", "hup", "dier", "params", "pooler", "psqlr", "lkrand"}
+	"bench", "hup", "dier", "params", "pooler", "psqlr", "lkrand", "lkhold"}
 
 func TestMain(m *testing.M) {
 	code := pgtest.RunMain(m, func(c *pgtest.Cluster) error {

@@ -14,6 +14,10 @@ const (
 	Pin Mode = iota
 	Reject
 	Allow
+	// Hold (advisory_locks only): lockpool holds session-level advisory
+	// locks for its clients on its own lock connections; statements it
+	// cannot answer itself fall back to Pin.
+	Hold
 )
 
 // ParseMode maps a config value to a Mode.
@@ -25,8 +29,10 @@ func ParseMode(s string) (Mode, error) {
 		return Reject, nil
 	case "allow":
 		return Allow, nil
+	case "hold":
+		return Hold, nil
 	}
-	return Pin, fmt.Errorf("policy: unknown mode %q (want pin, reject or allow)", s)
+	return Pin, fmt.Errorf("policy: unknown mode %q (want pin, reject, allow or hold)", s)
 }
 
 // String returns the config spelling of m.
@@ -36,6 +42,8 @@ func (m Mode) String() string {
 		return "reject"
 	case Allow:
 		return "allow"
+	case Hold:
+		return "hold"
 	}
 	return "pin"
 }
@@ -53,6 +61,16 @@ type Input struct {
 	AcquireFunc    string
 	// Advisory: the statement calls any advisory function (unlocks included).
 	Advisory bool
+	// Unlock: the statement calls a session-level unlock function.
+	Unlock bool
+	// Holdable: the statement is, as a whole, one call of a session-level
+	// advisory function that lockpool answers itself under Hold.
+	Holdable bool
+	// AdvisoryPinned: the session is pinned (or holds a pin slot) for
+	// advisory locks its server connection holds, after a fallback: under
+	// Hold its advisory calls go to that connection until it unpins, so an
+	// unlock reaches the lock.
+	AdvisoryPinned bool
 	// State: the statement creates session state that cannot follow the
 	// client to another server connection (LISTEN, temp table, WITH HOLD
 	// cursor, SQL PREPARE, SET ROLE, LOAD). StateKind names it.
@@ -82,6 +100,9 @@ const (
 	// Refuse answers the statement with Decision.Err; the proxy makes sure
 	// the client's and the server's transaction states agree afterwards.
 	Refuse
+	// Answer: lockpool answers the advisory call itself with the lock it
+	// holds for the client (advisory_locks: hold); no server connection.
+	Answer
 )
 
 // Decision is Decide's answer.
@@ -91,12 +112,27 @@ type Decision struct {
 	// Reason is what the pin is for ("advisory_lock" or the state kind),
 	// for metrics labels.
 	Reason string
+	// Fallback: under Hold, a statement touching session-level advisory
+	// functions that lockpool cannot answer itself is handled as under Pin
+	// (counted and logged by the proxy).
+	Fallback bool
 }
 
 // Decide returns what to do with one statement.
 func Decide(in Input) Decision {
 	if in.SessionPool {
 		return Decision{Action: Forward}
+	}
+	if in.AdvisoryLocks == Hold {
+		if in.Holdable && !in.AdvisoryPinned {
+			return Decision{Action: Answer}
+		}
+		in.AdvisoryLocks = Pin
+		if in.SessionAcquire || in.Unlock {
+			d := Decide(in)
+			d.Fallback = true
+			return d
+		}
 	}
 	if in.SessionAcquire {
 		switch in.AdvisoryLocks {

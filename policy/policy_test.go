@@ -28,6 +28,10 @@ func TestDecide(t *testing.T) {
 		{"state under allow", Input{SessionState: Allow, State: true}, Forward, "", ""},
 		{"state end while pinned", Input{StateEnd: true, Pinned: true}, Probe, "", ""},
 		{"state end unpinned", Input{StateEnd: true}, Forward, "", ""},
+		{"holdable call under hold", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true}, Answer, "", ""},
+		{"holdable unlock under hold", Input{AdvisoryLocks: Hold, Advisory: true, Unlock: true, Holdable: true}, Answer, "", ""},
+		{"holdable call in a session pool forwards", Input{SessionPool: true, AdvisoryLocks: Hold, SessionAcquire: true, Holdable: true}, Forward, "", ""},
+		{"xact lock under hold probes as under pin", Input{AdvisoryLocks: Hold, Advisory: true}, Probe, "", "advisory_lock"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,7 +97,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestParseMode(t *testing.T) {
-	for _, s := range []string{"pin", "reject", "allow"} {
+	for _, s := range []string{"pin", "reject", "allow", "hold"} {
 		m, err := ParseMode(s)
 		if err != nil || m.String() != s {
 			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
@@ -104,5 +108,31 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("maybe"); err == nil {
 		t.Error("ParseMode(maybe) succeeded")
+	}
+}
+
+func TestDecideHoldFallback(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       Input
+		want     Action
+		fallback bool
+	}{
+		{"acquire in a larger statement pins", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true}, PinFirst, true},
+		{"acquire in a larger statement while pinned", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Pinned: true}, Probe, true},
+		{"unlock in a larger statement probes", Input{AdvisoryLocks: Hold, Advisory: true, Unlock: true}, Probe, true},
+		{"xact lock is no fallback", Input{AdvisoryLocks: Hold, Advisory: true}, Probe, false},
+		{"whole call answered", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true}, Answer, false},
+		{"whole unlock while pinned by a fallback goes to the pinned connection", Input{AdvisoryLocks: Hold, Advisory: true, Unlock: true, Holdable: true, Pinned: true, AdvisoryPinned: true}, Probe, true},
+		{"whole call while pinned for session state is answered", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true, Pinned: true}, Answer, false},
+		{"pin policy has no fallback", Input{Advisory: true, SessionAcquire: true}, PinFirst, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(tt.in)
+			if d.Action != tt.want || d.Fallback != tt.fallback {
+				t.Fatalf("Decide = %v fallback %v, want %v fallback %v", d.Action, d.Fallback, tt.want, tt.fallback)
+			}
+		})
 	}
 }

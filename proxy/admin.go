@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/config"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -203,6 +204,9 @@ type LockWaiter struct {
 type LockReport struct {
 	Holders []LockHolder `json:"holders"`
 	Waiters []LockWaiter `json:"waiters"`
+	// Held: the locks lockpool holds for its clients on its lock
+	// connections (advisory_locks: hold), per client, with its waits.
+	Held []advisory.ClientLocks `json:"held"`
 }
 
 const lockReportSQL = `SELECT l.pid, l.classid::text || ':' || l.objid::text || ':' || l.objsubid::text, l.mode, l.granted,
@@ -229,7 +233,10 @@ func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
 		}
 	}
 	s.mu.Unlock()
-	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}}
+	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}, Held: s.locks.Snapshot()}
+	if rep.Held == nil {
+		rep.Held = []advisory.ClientLocks{}
+	}
 	holders := map[uint32]int{}
 	for _, r := range rows {
 		pid64, _ := strconv.ParseUint(r[0], 10, 32)

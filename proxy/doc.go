@@ -60,8 +60,9 @@
 //  2. toServer attaches a connection if the session has none, and pushes
 //     the reply the message owes onto the reply queue (replies.go); the
 //     message is appended to sout. Replies lockpool makes itself (lease
-//     calls, lazily answered Parse, Close, its own errors) are pushed as
-//     local entries in the same queue.
+//     calls, advisory calls held under advisory_locks: hold (hold.go),
+//     lazily answered Parse, Close, its own errors) are pushed as local
+//     entries in the same queue.
 //  3. When the client has nothing more buffered, flushBatch writes sout in
 //     one write and pump relays the server's replies, popping the queue:
 //     each entry knows the message that completes it. A local entry is

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/rewrite"
@@ -118,13 +119,15 @@ func leaseParamTypes(c *rewrite.LeaseCall) []uint32 {
 // virtStmt is a prepared lease call (extended protocol).
 type virtStmt struct {
 	call  *rewrite.LeaseCall
-	types []uint32 // parameter types: the client's where given, else ours
+	hold  *rewrite.AdvisoryCall // a held advisory call instead (hold.go)
+	types []uint32              // parameter types: the client's where given, else ours
 }
 
 // virtPortal is a bound lease call.
 type virtPortal struct {
 	vs      *virtStmt
-	params  []any // string, float64, or nil
+	held    advisory.Params // a held call's parameters, as sent
+	params  []any           // string, float64, or nil
 	formats []int16
 }
 
@@ -444,6 +447,9 @@ func (s *session) forgetVirtual(name []byte) {
 
 // bindVirtual handles Bind of a lease call.
 func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
+	if vs.hold != nil {
+		return s.bindHeld(vs, portal, tail)
+	}
 	var a wire.BindArgs
 	if err := (wire.Bind{Tail: tail}).Args(&a); err != nil {
 		return err
@@ -537,6 +543,9 @@ func decodeNumeric(v []byte) (any, error) {
 
 // describeVirtual answers Describe of a lease statement or portal.
 func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
+	if vs != nil && vs.hold != nil || vp != nil && vp.vs.hold != nil {
+		return s.describeHeld(vs, vp)
+	}
 	var buf []byte
 	if vp == nil {
 		buf, start := wire.AppendHeader(buf, 't')
@@ -554,6 +563,9 @@ func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
 
 // executeVirtual runs a bound lease call.
 func (s *session) executeVirtual(vp *virtPortal) error {
+	if vp.vs.hold != nil {
+		return s.executeHeld(vp)
+	}
 	// The call runs only if everything before it in the batch succeeded,
 	// as PostgreSQL would run it.
 	if err := s.settle(); err != nil {

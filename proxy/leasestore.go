@@ -57,39 +57,46 @@ func newLeaseStore(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 		InstanceID:     cfg.InstanceID,
 		Logger:         log,
 		Registerer:     reg,
-		ConnConfig: func(database string) (*pgx.ConnConfig, error) {
-			var app *config.Application
-			for i := range cfg.Applications {
-				a := &cfg.Applications[i]
-				if a.Database == database || (app == nil && a.Database == "") {
-					app = a
-					if a.Database == database {
-						break
-					}
-				}
-			}
-			if app == nil {
-				return nil, fmt.Errorf("lockpool: no application is configured for database %q", database)
-			}
-			pc, err := pgx.ParseConfig(serverTLSConnString(cfg))
-			if err != nil {
-				return nil, err
-			}
-			pc.Host = cfg.Server.Host
-			pc.Port = uint16(cfg.Server.Port)
-			pc.User = app.User
-			if u, ok := cfg.UserByName(app.User); ok {
-				pc.Password = u.Password
-			}
-			pc.Database = database
-			pc.ConnectTimeout = cfg.Server.ConnectTimeout
-			return pc, nil
-		},
+		ConnConfig:     ownConnConfig(cfg),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return leaseAdapter{st}, nil
+}
+
+// ownConnConfig returns the pgx config of lockpool's own connections
+// (leases, held advisory locks) to a database: they log in as the first
+// application user configured for the database (or any database).
+func ownConnConfig(cfg *config.Config) func(database string) (*pgx.ConnConfig, error) {
+	return func(database string) (*pgx.ConnConfig, error) {
+		var app *config.Application
+		for i := range cfg.Applications {
+			a := &cfg.Applications[i]
+			if a.Database == database || (app == nil && a.Database == "") {
+				app = a
+				if a.Database == database {
+					break
+				}
+			}
+		}
+		if app == nil {
+			return nil, fmt.Errorf("lockpool: no application is configured for database %q", database)
+		}
+		pc, err := pgx.ParseConfig(serverTLSConnString(cfg))
+		if err != nil {
+			return nil, err
+		}
+		pc.Host = cfg.Server.Host
+		pc.Port = uint16(cfg.Server.Port)
+		pc.User = app.User
+		if u, ok := cfg.UserByName(app.User); ok {
+			pc.Password = u.Password
+		}
+		pc.Database = database
+		pc.ConnectTimeout = cfg.Server.ConnectTimeout
+		return pc, nil
+	}
 }
 
 // leaseError maps lease package errors to client errors.

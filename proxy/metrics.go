@@ -14,6 +14,10 @@ type metrics struct {
 	rejected *prometheus.CounterVec
 	leaked   *prometheus.CounterVec
 	prepared *prometheus.CounterVec
+
+	heldLocks     *prometheus.GaugeVec
+	heldWait      *prometheus.HistogramVec
+	heldFallbacks *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,8 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "lockpool_prepared_statements_total", Help: "Named prepared statements needed on a server connection: hit (already there), miss (prepared there), eviction (closed to stay within max_prepared_statements).",
 		}, []string{"app", "result"}),
 	}
+	m.heldLocks, m.heldWait, m.heldFallbacks = holdMetrics()
 	if reg != nil {
-		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked, m.prepared)
+		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked, m.prepared, m.heldLocks, m.heldWait, m.heldFallbacks)
 	}
 	return m
 }

@@ -129,7 +129,11 @@ func (s *session) onParse(n int) error {
 	// lock takes its pin slot now too, before Parse attaches a server
 	// connection, so that waiting for the slot never holds one; the probe
 	// after the Sync frees the slot again if nothing was taken.
-	switch d := s.decide(&f); d.Action {
+	d := s.decide(&f)
+	s.noteFallback(d, string(query))
+	switch d.Action {
+	case policy.Answer:
+		return s.onHeldParse(&f, nameS, restCopy)
 	case policy.Refuse:
 		_, err := s.apply(d, &f, false)
 		return err

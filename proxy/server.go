@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
@@ -53,6 +54,7 @@ type appState struct {
 	prepMiss      prometheus.Counter
 	prepEvict     prometheus.Counter
 	pinnedGauge   *prometheus.GaugeVec
+	hold          *holdApp // advisory_locks: hold metrics; nil under other policies
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
 	clientCount   *atomic.Int64
@@ -71,6 +73,7 @@ type Server struct {
 	log     *slog.Logger
 	pool    *pool.Manager
 	leases  LeaseStore
+	locks   *advisory.Manager // advisory_locks: hold
 	metrics *metrics
 	tlsConf *tls.Config
 	health  healthProbe
@@ -154,6 +157,10 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("proxy: leases: %w", err)
 		}
 		s.leases = ls
+	}
+	if s.locks, err = newLockManager(opts.Config, logger); err != nil {
+		pm.Close()
+		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -262,6 +269,9 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 			}
 		}
 		s.metrics.bindApp(as)
+		if adv == policy.Hold {
+			as.hold = newHoldApp(s.metrics, a.Name)
+		}
 		rc.apps[a.Name] = as
 	}
 	return rc, nil
@@ -470,6 +480,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.leases != nil {
 		s.leases.Close()
 	}
+	s.locks.Close()
 	s.pool.Close()
 	s.mu.Lock()
 	loops := s.loops

@@ -102,6 +102,9 @@ type session struct {
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
 	setNames     []string
 
+	// Held advisory locks (advisory_locks: hold).
+	held heldState
+
 	// Lease calls.
 	lease    LeaseSession
 	virt     map[string]*virtStmt
@@ -710,6 +713,9 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		SessionPool:    s.app.sessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
+		Unlock:         callsUnlock(f),
+		Holdable:       holdable(f),
+		AdvisoryPinned: (s.pinned || s.slot != nil) && s.pinReason == "advisory_lock",
 		Pinned:         s.pinned,
 	}
 	for _, fn := range f.Funcs {
@@ -887,6 +893,10 @@ func (s *session) onQuery(n int) error {
 		return nil
 	}
 	d := s.decide(&f)
+	if d.Action == policy.Answer {
+		return s.onHeldQuery(&f)
+	}
+	s.noteFallback(d, sql)
 	ok, err := s.apply(d, &f, true)
 	if !ok || err != nil {
 		return err
@@ -954,14 +964,15 @@ func (s *session) drain() {
 // cleans up. Before the session reached its loop, the FATAL is written here.
 func (s *session) kill(pe *pgError) {
 	s.link.mu.Lock()
-	defer s.link.mu.Unlock()
 	l := s.link.loop
 	if l == nil {
 		s.out.end(nil, pe)
-		return
+	} else {
+		fatal := pe.Fatal()
+		l.Post(func() { s.interrupt(fatal) })
 	}
-	fatal := pe.Fatal()
-	l.Post(func() { s.interrupt(fatal) })
+	s.link.mu.Unlock()
+	s.stopWait() // a wait in lockpool (offloaded: a held-lock wait) ends too
 }
 
 // cleanup runs when the session ends, however it ends.
@@ -1007,5 +1018,6 @@ func (s *session) cleanup() {
 	s.slot.Release()
 	s.slot = nil
 	s.closeLeases()
+	s.closeHeld()
 	s.out.end(nil, nil)
 }

@@ -57,6 +57,8 @@ type analyzer struct {
 	f          Findings
 	leaseCalls int        // lease_acquire/renew/release/list calls seen
 	leaseWhole *LeaseCall // candidate whole-statement call
+	advWhole   *AdvisoryCall
+	advTried   bool // advWhole was looked for (in the first statement with an advisory call)
 }
 
 // Analyze lexes sql and reports advisory-lock calls, lease calls,
@@ -73,6 +75,10 @@ func Analyze(sql string) Findings {
 func analyze(sql string) Findings {
 	var a analyzer
 	a.run(sql, 0, false)
+	if a.advWhole != nil && a.f.Statements == 1 && len(a.f.Funcs) == 1 && !a.f.Funcs[0].Xact() &&
+		a.leaseCalls == 0 && !a.f.LeaseFence && len(a.f.State) == 0 && len(a.f.Sets) == 0 {
+		a.f.Hold = a.advWhole
+	}
 	if a.leaseCalls > 0 {
 		if a.leaseCalls == 1 && a.leaseWhole != nil && a.f.Statements == 1 {
 			a.f.Lease = a.leaseWhole
@@ -162,6 +168,12 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 			if !hasQual || identIs(src, qual, "pg_catalog") {
 				a.f.Funcs = append(a.f.Funcs, f)
 				a.f.Advisory = true
+				if !a.advTried {
+					a.advTried = true
+					if !body {
+						a.advWhole = wholeAdvisory(src, st)
+					}
+				}
 				if f.SessionAcquire() {
 					a.f.SessionAcquire = true
 				}

@@ -221,6 +221,7 @@ type Findings struct {
 	SessionAcquire bool          // some call is a session-level acquire (needs a pin)
 	Advisory       bool          // some advisory function is called (xact included)
 	Lease          *LeaseCall    // the whole string is one lease virtual call
+	Hold           *AdvisoryCall // the whole string is one session-level advisory call (advisory_locks: hold answers it)
 	LeaseMention   bool          // a lease_acquire/renew/release/list call that is not a whole-statement call
 	LeaseFence     bool          // lease_fence( or lockpool.lease_fence( is called (see RewriteFence)
 	State          []StateChange // session-state statements in order

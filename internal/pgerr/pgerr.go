@@ -37,6 +37,7 @@ const (
 	InvalidSQLStatementName      = "26000"
 	InvalidAuthorization         = "28000"
 	InvalidPassword              = "28P01"
+	DeadlockDetected             = "40P01"
 	InvalidCatalogName           = "3D000"
 	UndefinedFunction            = "42883"
 	UndefinedObject              = "42704"

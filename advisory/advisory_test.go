@@ -1,0 +1,726 @@
+package advisory
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/lockpool/lockpool/internal/pgerr"
+	"github.com/lockpool/lockpool/internal/pgtest"
+)
+
+const (
+	appUser = "app"
+	appPW   = "app pw"
+	appDB   = "appdb"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.RunMain(m, func(c *pgtest.Cluster) error {
+		ctx := context.Background()
+		if err := c.CreateRole(ctx, appUser, appPW); err != nil {
+			return err
+		}
+		return c.CreateDatabase(ctx, appDB, appUser)
+	}))
+}
+
+func newManager(t *testing.T, edit ...func(*Options)) *Manager {
+	t.Helper()
+	c := pgtest.Require(t)
+	opts := Options{
+		ConnConfig: func(db string) (*pgx.ConnConfig, error) { return pgx.ParseConfig(c.DSN(appUser, appPW, db)) },
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	m, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// direct is a superuser session on appdb, not through the manager (this
+// package cannot use internal/testenv: testenv imports the proxy, which
+// imports this package).
+func direct(t *testing.T) *pgx.Conn {
+	t.Helper()
+	c := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.SuperuserDSN(appDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// eventually polls cond every 10ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+	}
+}
+
+func directTry(t *testing.T, c *pgx.Conn, k Key, mode Mode) bool {
+	t.Helper()
+	fn := "pg_try_advisory_lock"
+	if mode == Shared {
+		fn = "pg_try_advisory_lock_shared"
+	}
+	var ok bool
+	if err := c.QueryRow(context.Background(), pgSQL(fn, k)).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func directUnlockAll(t *testing.T, c *pgx.Conn) {
+	t.Helper()
+	if _, err := c.Exec(context.Background(), "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockRows counts pg_locks rows of lockpool's lock connections for k.
+func lockRows(t *testing.T, k Key) int {
+	t.Helper()
+	cls, obj, sub := k.ClassObj()
+	var n int
+	err := direct(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3
+		AND a.application_name = $4`, cls, obj, sub, ApplicationName).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustLock(t *testing.T, s *Session, k Key, mode Mode, try bool) bool {
+	t.Helper()
+	ok, err := s.Lock(context.Background(), k, mode, try, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func code(err error) string {
+	if pe, ok := pgerr.As(err); ok {
+		return pe.Code
+	}
+	return ""
+}
+
+func TestConflictsAmongClients(t *testing.T) {
+	m := newManager(t)
+	tests := []struct {
+		name         string
+		key          Key
+		first, other Mode
+		want         bool // other's try succeeds
+	}{
+		{"exclusive then exclusive", OneKey(101), Exclusive, Exclusive, false},
+		{"exclusive then shared", OneKey(102), Exclusive, Shared, false},
+		{"shared then exclusive", OneKey(103), Shared, Exclusive, false},
+		{"shared then shared", OneKey(104), Shared, Shared, true},
+		{"two keys exclusive", TwoKeys(1, 105), Exclusive, Exclusive, false},
+		{"two keys shared", TwoKeys(1, 106), Shared, Shared, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := m.NewSession(appDB, nil), m.NewSession(appDB, nil)
+			defer a.Close()
+			defer b.Close()
+			if !mustLock(t, a, tt.key, tt.first, true) {
+				t.Fatal("first try-lock failed")
+			}
+			if got := mustLock(t, b, tt.key, tt.other, true); got != tt.want {
+				t.Fatalf("second session's try-lock = %v, want %v", got, tt.want)
+			}
+			// A session never conflicts with itself.
+			if !mustLock(t, a, tt.key, tt.other, true) {
+				t.Fatal("the holder's own second lock failed")
+			}
+			if got := lockRows(t, tt.key); got < 1 {
+				t.Fatalf("pg_locks rows on the lock connection = %d, want at least 1", got)
+			}
+			a.Close()
+			b.Close()
+			eventually(t, time.Second, "locks released", func() bool { return lockRows(t, tt.key) == 0 })
+		})
+	}
+}
+
+func TestInteropWithDirectSession(t *testing.T) {
+	m := newManager(t)
+	d := direct(t)
+	tests := []struct {
+		name  string
+		key   Key
+		ours  Mode
+		their Mode
+		want  bool // compatible
+	}{
+		{"exclusive/exclusive", OneKey(201), Exclusive, Exclusive, false},
+		{"shared/exclusive", OneKey(202), Shared, Exclusive, false},
+		{"shared/shared", OneKey(203), Shared, Shared, true},
+		{"two keys", TwoKeys(2, 204), Exclusive, Exclusive, false},
+		{"negative bigint", OneKey(-5_000_000_000), Exclusive, Shared, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := m.NewSession(appDB, nil)
+			defer s.Close()
+			// Ours first: the direct session sees it.
+			if !mustLock(t, s, tt.key, tt.ours, true) {
+				t.Fatal("try-lock failed")
+			}
+			if got := directTry(t, d, tt.key, tt.their); got != tt.want {
+				t.Fatalf("direct try-lock = %v, want %v", got, tt.want)
+			}
+			directUnlockAll(t, d)
+			if ok, _, err := s.Unlock(tt.key, tt.ours); err != nil || !ok {
+				t.Fatalf("unlock = %v, %v", ok, err)
+			}
+			// Theirs first: we see it.
+			if !directTry(t, d, tt.key, tt.their) {
+				t.Fatal("direct try-lock failed")
+			}
+			if got := mustLock(t, s, tt.key, tt.ours, true); got != tt.want {
+				t.Fatalf("our try-lock = %v, want %v", got, tt.want)
+			}
+			if !tt.want {
+				// A blocking lock waits for the direct session.
+				done := make(chan error, 1)
+				go func() {
+					_, err := s.Lock(context.Background(), tt.key, tt.ours, false, Limits{})
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					t.Fatalf("blocking lock returned while the direct session holds the key: %v", err)
+				case <-time.After(150 * time.Millisecond):
+				}
+				directUnlockAll(t, d)
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatal("blocking lock not granted after the direct session unlocked")
+				}
+				if directTry(t, d, tt.key, tt.their) {
+					t.Fatal("direct session got the key we hold")
+				}
+			}
+			directUnlockAll(t, d)
+		})
+	}
+}
+
+func TestStackingAndUnlock(t *testing.T) {
+	m := newManager(t)
+	d := direct(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	k := OneKey(301)
+	for i := 0; i < 3; i++ {
+		mustLock(t, s, k, Exclusive, false)
+	}
+	if got := s.Held(); got != 3 {
+		t.Fatalf("Held = %d, want 3", got)
+	}
+	for i := 0; i < 3; i++ {
+		if directTry(t, d, k, Exclusive) {
+			t.Fatalf("after %d of 3 unlocks the direct session got the key", i)
+		}
+		ok, warn, err := s.Unlock(k, Exclusive)
+		if err != nil || !ok || warn != nil {
+			t.Fatalf("unlock %d = %v, %v, %v", i, ok, warn, err)
+		}
+	}
+	if !directTry(t, d, k, Exclusive) {
+		t.Fatal("the key is still held after the last unlock")
+	}
+	directUnlockAll(t, d)
+	tests := []struct {
+		mode Mode
+		want string
+	}{
+		{Exclusive, "you don't own a lock of type ExclusiveLock"},
+		{Shared, "you don't own a lock of type ShareLock"},
+	}
+	for _, tt := range tests {
+		ok, warn, err := s.Unlock(k, tt.mode)
+		if err != nil || ok {
+			t.Fatalf("unlock of a key not held = %v, %v", ok, err)
+		}
+		if warn == nil || warn.Message != tt.want || warn.Code != pgerr.Warning || warn.Severity != pgerr.SeverityWarning {
+			t.Fatalf("warning = %+v, want %q", warn, tt.want)
+		}
+	}
+}
+
+func TestExclusiveReleasedKeepsShared(t *testing.T) {
+	m := newManager(t)
+	d := direct(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	k := OneKey(302)
+	mustLock(t, s, k, Exclusive, true)
+	mustLock(t, s, k, Shared, true)
+	if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
+		t.Fatalf("unlock = %v, %v", ok, err)
+	}
+	if directTry(t, d, k, Exclusive) {
+		t.Fatal("direct exclusive got a key we hold shared")
+	}
+	if !directTry(t, d, k, Shared) {
+		t.Fatal("direct shared refused while we hold only shared")
+	}
+	directUnlockAll(t, d)
+}
+
+func TestUnlockAll(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	keys := []Key{OneKey(401), OneKey(402), TwoKeys(4, 403)}
+	for _, k := range keys {
+		mustLock(t, s, k, Exclusive, false)
+		mustLock(t, s, k, Shared, false)
+	}
+	if err := s.UnlockAll(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Held() != 0 {
+		t.Fatalf("Held = %d after unlock_all", s.Held())
+	}
+	for _, k := range keys {
+		if n := lockRows(t, k); n != 0 {
+			t.Fatalf("key %s still has %d pg_locks rows", k, n)
+		}
+	}
+}
+
+func TestWaitBehindLocalHolder(t *testing.T) {
+	m := newManager(t)
+	a, b := m.NewSession(appDB, nil), m.NewSession(appDB, nil)
+	defer a.Close()
+	defer b.Close()
+	k := OneKey(501)
+	mustLock(t, a, k, Exclusive, false)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(context.Background(), k, Exclusive, false, Limits{})
+		got <- err
+	}()
+	eventually(t, time.Second, "b waits", func() bool {
+		for _, c := range m.Snapshot() {
+			if c.Waiting != nil && c.Waiting.Behind == "local" {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err := <-got:
+		t.Fatalf("b got the lock a holds: %v", err)
+	default:
+	}
+	if ok, _, _ := a.Unlock(k, Exclusive); !ok {
+		t.Fatal("unlock failed")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("b not granted")
+	}
+	if b.Held() != 1 || lockRows(t, k) != 1 {
+		t.Fatalf("b holds %d, pg_locks rows %d; want 1, 1", b.Held(), lockRows(t, k))
+	}
+}
+
+func TestWaitEnds(t *testing.T) {
+	m := newManager(t)
+	d := direct(t)
+	tests := []struct {
+		name   string
+		remote bool
+		lim    Limits
+		cancel time.Duration
+		want   string
+		msg    string
+	}{
+		{"lock_timeout behind local", false, Limits{LockTimeout: 100 * time.Millisecond}, 0, "55P03", "canceling statement due to lock timeout"},
+		{"lock_timeout behind remote", true, Limits{LockTimeout: 100 * time.Millisecond}, 0, "55P03", "canceling statement due to lock timeout"},
+		{"statement_timeout", true, Limits{StatementTimeout: 100 * time.Millisecond, LockTimeout: time.Second}, 0, "57014", "canceling statement due to statement timeout"},
+		{"cancel", false, Limits{}, 100 * time.Millisecond, "57014", "canceling statement due to user request"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := OneKey(int64(600 + i))
+			holder := m.NewSession(appDB, nil)
+			defer holder.Close()
+			if tt.remote {
+				directTry(t, d, k, Exclusive)
+				defer directUnlockAll(t, d)
+			} else {
+				mustLock(t, holder, k, Exclusive, false)
+			}
+			s := m.NewSession(appDB, nil)
+			defer s.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancel > 0 {
+				time.AfterFunc(tt.cancel, cancel)
+			}
+			start := time.Now()
+			ok, err := s.Lock(ctx, k, Exclusive, false, tt.lim)
+			took := time.Since(start)
+			pe, isPG := pgerr.As(err)
+			if ok || !isPG || pe.Code != tt.want || pe.Message != tt.msg {
+				t.Fatalf("Lock = %v, %v; want %s %q", ok, err, tt.want, tt.msg)
+			}
+			if took < 90*time.Millisecond || took > time.Second {
+				t.Fatalf("wait took %v, want about 100ms", took)
+			}
+			if s.Held() != 0 {
+				t.Fatalf("Held = %d after a failed wait", s.Held())
+			}
+			for _, c := range m.Snapshot() {
+				if c.Waiting != nil {
+					t.Fatalf("a waiter is left: %+v", c)
+				}
+			}
+		})
+	}
+}
+
+func TestDeadlockAmongClients(t *testing.T) {
+	m := newManager(t)
+	sessions := []*Session{m.NewSession(appDB, nil), m.NewSession(appDB, nil)}
+	keys := []Key{OneKey(701), OneKey(702)}
+	for i, s := range sessions {
+		defer s.Close()
+		mustLock(t, s, keys[i], Exclusive, false)
+	}
+	type result struct {
+		who int
+		err error
+	}
+	results := make(chan result, 2)
+	start := time.Now()
+	for i, s := range sessions {
+		go func() {
+			_, err := s.Lock(context.Background(), keys[1-i], Exclusive, false, Limits{DeadlockTimeout: 200 * time.Millisecond})
+			results <- result{i, err}
+		}()
+	}
+	// One wait is chosen as the victim, as in PostgreSQL: the one whose
+	// deadlock_timeout runs out first (not before it).
+	first := <-results
+	if code(first.err) != pgerr.DeadlockDetected {
+		t.Fatalf("first result = %v, want 40P01", first.err)
+	}
+	if took := time.Since(start); took < 190*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("deadlock reported after %v, want after deadlock_timeout (200ms)", took)
+	}
+	if err := sessions[first.who].UnlockAll(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if r.err != nil {
+			t.Fatalf("the other wait = %v, want the lock", r.err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other wait not granted after the victim gave up")
+	}
+}
+
+func TestBlockedKeyLetsOthersMove(t *testing.T) {
+	m := newManager(t, func(o *Options) { o.MaxConnections = 1 })
+	d := direct(t)
+	blocked := OneKey(801)
+	directTry(t, d, blocked, Exclusive)
+	defer directUnlockAll(t, d)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := 0; i < 4; i++ {
+		s := m.NewSession(appDB, nil)
+		defer s.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = s.Lock(ctx, blocked, Exclusive, false, Limits{})
+		}()
+	}
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		k := OneKey(int64(810 + i))
+		mustLock(t, s, k, Exclusive, false)
+		if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
+			t.Fatalf("unlock %v %v", ok, err)
+		}
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("50 lock/unlock pairs took %v while 4 waits were blocked", took)
+	}
+	cancel()
+	wg.Wait()
+}
+
+func TestConnectionLost(t *testing.T) {
+	m := newManager(t)
+	d := direct(t)
+	told := make(chan struct{}, 2)
+	a := m.NewSession(appDB, func() { told <- struct{}{} })
+	defer a.Close()
+	k := OneKey(901)
+	mustLock(t, a, k, Exclusive, false)
+	var pid int
+	if err := d.QueryRow(context.Background(), `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.objid = 901 AND a.application_name = $1`, ApplicationName).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var held HeldLock
+	for _, c := range m.Snapshot() {
+		held = c.Held[0]
+	}
+	if held.PID != uint32(pid) || held.Count != 1 || held.Mode != "exclusive" {
+		t.Fatalf("snapshot = %+v, want pid %d", held, pid)
+	}
+	start := time.Now()
+	if _, err := d.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-told:
+	case <-time.After(time.Second):
+		t.Fatal("the holder was not told of the loss")
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("told after %v, want within 500ms", took)
+	}
+	if _, err := a.Lock(context.Background(), OneKey(902), Exclusive, true, Limits{}); code(err) != pgerr.ConnectionFailure {
+		t.Fatalf("next call = %v, want 08006", err)
+	}
+	// Others go on with a new lock connection.
+	b := m.NewSession(appDB, nil)
+	defer b.Close()
+	if !mustLock(t, b, k, Exclusive, true) {
+		t.Fatal("the key is not free after its connection died")
+	}
+}
+
+func TestCloseReleases(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	k := OneKey(1001)
+	mustLock(t, s, k, Exclusive, false)
+	mustLock(t, s, k, Exclusive, false)
+	s.Close()
+	if n := lockRows(t, k); n != 0 {
+		t.Fatalf("pg_locks rows after Close = %d", n)
+	}
+	if len(m.Snapshot()) != 0 {
+		t.Fatalf("snapshot after Close = %+v", m.Snapshot())
+	}
+}
+
+func TestEvalKeys(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	var want int64
+	if err := direct(t).QueryRow(context.Background(), "SELECT hashtext('job-a')::int8").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		exprs []string
+		p     Params
+		want  Key
+		null  bool
+		code  string
+	}{
+		{"literal", []string{"42"}, Params{}, OneKey(42), false, ""},
+		{"hashtext param", []string{"hashtext($1)"}, Params{Values: [][]byte{[]byte("job-a")}, OIDs: []uint32{25}}, OneKey(want), false, ""},
+		{"untyped param", []string{"$1"}, Params{Values: [][]byte{[]byte("-7")}, OIDs: []uint32{0}}, OneKey(-7), false, ""},
+		{"two keys", []string{"1", "$1"}, Params{Values: [][]byte{[]byte("9")}, OIDs: []uint32{0}}, TwoKeys(1, 9), false, ""},
+		{"null", []string{"NULL"}, Params{}, Key{}, true, ""},
+		{"bad expression", []string{"no_such_column"}, Params{}, Key{}, false, "42703"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, null, err := s.EvalKeys(context.Background(), tt.exprs, tt.p)
+			if code(err) != tt.code || (tt.code == "" && err != nil) {
+				t.Fatalf("EvalKeys = %v, want code %q", err, tt.code)
+			}
+			if k != tt.want || null != tt.null {
+				t.Fatalf("EvalKeys = %v null %v, want %v null %v", k, null, tt.want, tt.null)
+			}
+		})
+	}
+}
+
+func TestLiteralKey(t *testing.T) {
+	tests := []struct {
+		exprs []string
+		want  Key
+		ok    bool
+	}{
+		{[]string{"42"}, OneKey(42), true},
+		{[]string{"-9223372036854775808"}, OneKey(-9223372036854775808), true},
+		{[]string{" - 3"}, OneKey(-3), true},
+		{[]string{"1", "2"}, TwoKeys(1, 2), true},
+		{[]string{"1", "3000000000"}, Key{}, false},
+		{[]string{"9223372036854775808"}, Key{}, false},
+		{[]string{"1.5"}, Key{}, false},
+		{[]string{"$1"}, Key{}, false},
+		{[]string{"'1'"}, Key{}, false},
+		{[]string{""}, Key{}, false},
+	}
+	for _, tt := range tests {
+		k, ok := LiteralKey(tt.exprs)
+		if k != tt.want || ok != tt.ok {
+			t.Errorf("LiteralKey(%q) = %v, %v; want %v, %v", tt.exprs, k, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestClosedManager(t *testing.T) {
+	m := newManager(t)
+	m.Close()
+	s := m.NewSession(appDB, nil)
+	_, err := s.Lock(context.Background(), OneKey(1), Exclusive, true, Limits{})
+	if code(err) != pgerr.AdminShutdown {
+		t.Fatalf("Lock on a closed manager = %v", err)
+	}
+}
+
+func TestMaxWaitersQueue(t *testing.T) {
+	m := newManager(t, func(o *Options) { o.MaxWaiters = 1 })
+	d := direct(t)
+	keys := []Key{OneKey(1101), OneKey(1102), OneKey(1103)}
+	for _, k := range keys {
+		directTry(t, d, k, Exclusive)
+	}
+	errs := make(chan error, len(keys))
+	for _, k := range keys {
+		s := m.NewSession(appDB, nil)
+		defer s.Close()
+		go func() {
+			_, err := s.Lock(context.Background(), k, Exclusive, false, Limits{})
+			errs <- err
+		}()
+	}
+	eventually(t, time.Second, "three waiters", func() bool {
+		n := 0
+		for _, c := range m.Snapshot() {
+			if c.Waiting != nil {
+				n++
+			}
+		}
+		return n == 3
+	})
+	directUnlockAll(t, d)
+	for range keys {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a waiter beyond max_waiters was not granted")
+		}
+	}
+	for _, k := range keys {
+		if n := lockRows(t, k); n != 1 {
+			t.Fatalf("key %s: %d pg_locks rows, want 1", k, n)
+		}
+	}
+}
+
+// TestKeyExpressionsIsolated: a key expression runs where no client's lock
+// lives, and what it does to advisory locks does not stay.
+func TestKeyExpressionsIsolated(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	held := OneKey(1201)
+	mustLock(t, s, held, Exclusive, false)
+	tests := []struct {
+		name string
+		expr string
+		want int64
+	}{
+		{"unlock_all inside", "(SELECT 6 FROM (SELECT pg_advisory_unlock_all()) x)", 6},
+		{"a lock inside", "(SELECT 7 FROM (SELECT pg_advisory_lock(1202)) x)", 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, _, err := s.EvalKeys(context.Background(), []string{tt.expr}, Params{})
+			if err != nil || k != OneKey(tt.want) {
+				t.Fatalf("EvalKeys = %v, %v; want %d", k, err, tt.want)
+			}
+			if n := lockRows(t, held); n != 1 {
+				t.Fatalf("the held key has %d pg_locks rows after the expression, want 1", n)
+			}
+			if n := lockRows(t, OneKey(1202)); n != 0 {
+				t.Fatalf("the expression's own lock stayed (%d rows)", n)
+			}
+		})
+	}
+}
+
+func TestParamKey(t *testing.T) {
+	bin8 := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}
+	tests := []struct {
+		name  string
+		exprs []string
+		p     Params
+		want  Key
+		ok    bool
+	}{
+		{"int8 text", []string{"$1"}, Params{Values: [][]byte{[]byte("42")}, OIDs: []uint32{20}}, OneKey(42), true},
+		{"int8 binary", []string{"$1"}, Params{Values: [][]byte{bin8}, OIDs: []uint32{20}, Formats: []int16{1}}, OneKey(-2), true},
+		{"int4 for one key", []string{"$1"}, Params{Values: [][]byte{{0, 0, 0, 9}}, OIDs: []uint32{23}, Formats: []int16{1}}, OneKey(9), true},
+		{"two int4", []string{"$2", "$1"}, Params{Values: [][]byte{[]byte("1"), []byte("-3")}, OIDs: []uint32{23, 23}}, TwoKeys(-3, 1), true},
+		{"int8 for two keys", []string{"$1", "$1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"text type", []string{"$1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{25}}, Key{}, false},
+		{"NULL", []string{"$1"}, Params{Values: [][]byte{nil}, OIDs: []uint32{20}}, Key{}, false},
+		{"spaces for PostgreSQL", []string{"$1"}, Params{Values: [][]byte{[]byte(" 1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"expression", []string{"$1 + 1"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"missing parameter", []string{"$2"}, Params{Values: [][]byte{[]byte("1")}, OIDs: []uint32{20}}, Key{}, false},
+		{"short binary", []string{"$1"}, Params{Values: [][]byte{{1}}, OIDs: []uint32{20}, Formats: []int16{1}}, Key{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, ok := ParamKey(tt.exprs, tt.p)
+			if k != tt.want || ok != tt.ok {
+				t.Fatalf("ParamKey = %v, %v; want %v, %v", k, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,227 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ApplicationName is the application_name of every lock connection.
+const ApplicationName = "lockpool locks"
+
+// errConnLost marks an operation whose lock connection died.
+var errConnLost = errors.New("advisory: lock connection lost")
+
+// lockConn is one lock connection slot of a database: dialled at first use,
+// dialled again after a loss. Its mutex serialises statements.
+type lockConn struct {
+	db   *database
+	slot int
+
+	mu   sync.Mutex
+	c    *pgx.Conn
+	pid  uint32
+	gen  uint64 // bumped at every (re)dial: holds record the generation they were taken on
+	stop chan struct{}
+}
+
+// connLocked returns the live connection, dialling one if needed (never
+// after the manager's Close). Call with lc.mu held.
+func (lc *lockConn) connLocked(ctx context.Context) (*pgx.Conn, error) {
+	if lc.c != nil && !lc.c.IsClosed() {
+		return lc.c, nil
+	}
+	lc.db.m.mu.Lock()
+	closed := lc.db.m.closed
+	lc.db.m.mu.Unlock()
+	if closed {
+		return nil, errClosed() // no new connection after Close
+	}
+	cfg, err := lc.db.m.connConfig(lc.db.name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("advisory: connect to database %q: %w", lc.db.name, err)
+	}
+	lc.c = c
+	lc.pid = c.PgConn().PID()
+	lc.gen++
+	lc.stop = make(chan struct{})
+	go lc.watch(c, lc.gen, lc.stop)
+	return c, nil
+}
+
+// query runs sql (text results) on the connection and returns the first
+// row's values (nil for NULL). A connection error closes the connection
+// and reports the loss to the database.
+func (lc *lockConn) query(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, uint64, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return nil, 0, err
+	}
+	gen := lc.gen
+	res := c.PgConn().ExecParams(ctx, sql, params, oids, formats, nil).Read()
+	var row [][]byte
+	if res.Err == nil && len(res.Rows) > 0 {
+		row = res.Rows[0]
+	}
+	dead := res.Err != nil && (c.PgConn().IsClosed() || isConnError(res.Err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return nil, gen, fmt.Errorf("%w: %v", errConnLost, res.Err)
+	}
+	return row, gen, res.Err
+}
+
+// eval runs a key evaluation (text results) and, in the same round trip,
+// pg_advisory_unlock_all(), so that whatever the client's expression did
+// to advisory locks does not stay on the connection. It returns the first
+// row's values (nil for NULL).
+func (lc *lockConn) eval(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return nil, err
+	}
+	gen := lc.gen
+	b := &pgconn.Batch{}
+	b.ExecParams(sql, params, oids, formats, nil)
+	b.ExecParams("SELECT pg_catalog.pg_advisory_unlock_all()", nil, nil, nil, nil)
+	res, err := c.PgConn().ExecBatch(ctx, b).ReadAll()
+	var row [][]byte
+	if err == nil && len(res) > 0 && res[0].Err == nil && len(res[0].Rows) > 0 {
+		row = res[0].Rows[0]
+	}
+	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row, nil
+}
+
+// isConnError reports an error that is not a server's statement error.
+func isConnError(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Severity == "FATAL" || pe.Severity == "PANIC"
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// watch notices the death of an idle connection that holds locks: every
+// watchInterval it pings the server (an empty statement).
+func (lc *lockConn) watch(c *pgx.Conn, gen uint64, stop chan struct{}) {
+	t := time.NewTicker(lc.db.m.watchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if !lc.db.holdsOn(lc.slot) {
+			continue
+		}
+		lc.mu.Lock()
+		if lc.gen != gen {
+			lc.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := c.PgConn().Ping(ctx)
+		cancel()
+		dead := err != nil || c.IsClosed()
+		lc.mu.Unlock()
+		if dead {
+			lc.lost(gen)
+			return
+		}
+	}
+}
+
+// lost closes generation gen of the connection (if still current) and
+// tells the database, which drops every hold on it.
+func (lc *lockConn) lost(gen uint64) {
+	lc.mu.Lock()
+	if lc.gen != gen || lc.c == nil {
+		lc.mu.Unlock()
+		return
+	}
+	c := lc.c
+	lc.c = nil
+	close(lc.stop)
+	lc.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.Close(ctx)
+	cancel()
+	lc.db.connLost(lc.slot, gen)
+}
+
+// close ends the connection. Its locks are given back first, so they are
+// free when close returns (PostgreSQL would release them too, a moment
+// after the connection ends).
+func (lc *lockConn) close() {
+	lc.mu.Lock()
+	c := lc.c
+	lc.c = nil
+	if c != nil {
+		close(lc.stop)
+	}
+	lc.gen++
+	lc.mu.Unlock()
+	if c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.PgConn().Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock_all()").Close()
+		_ = c.Close(ctx)
+		cancel()
+	}
+}
+
+// backendPID is the PostgreSQL pid of the connection (0 when not open).
+func (lc *lockConn) backendPID() uint32 {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.c == nil {
+		return 0
+	}
+	return lc.pid
+}
+
+// paramTypes prepares sql (unnamed) on the connection and returns the
+// parameter types PostgreSQL resolved.
+func (lc *lockConn) paramTypes(ctx context.Context, sql string, declared []uint32) ([]uint32, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return nil, err
+	}
+	gen := lc.gen
+	sd, err := c.PgConn().Prepare(ctx, "", sql, declared)
+	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sd.ParamOIDs, nil
+}

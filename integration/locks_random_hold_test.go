@@ -1,0 +1,616 @@
+package integration
+
+// The randomized lock test under advisory_locks: hold: clients of lockpool
+// and one direct client take, stack, release and abandon advisory locks at
+// random, while a checker compares pg_locks (lockpool's lock connections
+// and the direct client's backend) with what the clients believe they hold.
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/advisory"
+	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
+)
+
+const (
+	lkhApp      = "lkh"
+	lkhUser     = "lkhold"
+	lkhClients  = 12 // through lockpool; one more connects directly
+	lkhExclBase = 9400001
+	lkhExclN    = 6
+	lkhShBase   = 9500001
+	lkhShN      = 3
+	lkhXactBase = 9600001
+	lkhXactN    = 3
+	lkhPhases   = 4
+	lkhPhaseDur = 2 * time.Second
+	lkhGrace    = time.Second
+	// lkhLockConnPID stands for any of lockpool's lock connections in the
+	// lock log (which connection is lockpool's business).
+	lkhLockConnPID = 1
+)
+
+// lkhRowsSQL lists the granted locks on this test's keys, with whether the
+// backend is one of lockpool's lock connections.
+const lkhRowsSQL = `SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint, l.mode, a.application_name = $1
+	FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+	AND ((l.classid::bigint << 32) | l.objid::bigint) BETWEEN 9400001 AND 9699999`
+
+// lkhRow is a granted lock on one of this test's keys.
+type lkhRow struct {
+	pid      uint32
+	key      int64
+	mode     string
+	lockConn bool
+}
+
+func lkhRows(ctx context.Context, su *pgx.Conn) ([]lkhRow, error) {
+	rows, err := su.Query(ctx, lkhRowsSQL, advisory.ApplicationName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []lkhRow
+	for rows.Next() {
+		var r lkhRow
+		var pid int32
+		if err := rows.Scan(&pid, &r.key, &r.mode, &r.lockConn); err != nil {
+			return nil, err
+		}
+		r.pid = uint32(pid)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+type lkhClient struct {
+	r      *lkrRun
+	id     int
+	direct bool
+	dsn    string
+	rng    *rand.Rand
+	conn   *pgx.Conn
+	pid    uint32                           // backend pid of the direct client
+	held   map[int64][2][]*testenv.LockHold // by mode: 0 exclusive, 1 shared
+}
+
+func (c *lkhClient) mode() pgx.QueryExecMode { return lkrModes[c.rng.Intn(len(lkrModes))] }
+
+func (c *lkhClient) connect() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.dsn)
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	c.pid = conn.PgConn().PID()
+	return nil
+}
+
+func (c *lkhClient) logPID() uint32 {
+	if c.direct {
+		return c.pid
+	}
+	return lkhLockConnPID
+}
+
+func (c *lkhClient) count(k int64, m int) int { return len(c.held[k][m]) }
+
+func (c *lkhClient) push(k int64, m int, iv *testenv.LockHold) {
+	c.r.log.SetPID(iv, c.logPID())
+	h := c.held[k]
+	h[m] = append(h[m], iv)
+	c.held[k] = h
+}
+
+func (c *lkhClient) pop(k int64, m int, at time.Time) {
+	h := c.held[k]
+	c.r.log.Close(h[m][len(h[m])-1], at)
+	h[m] = h[m][:len(h[m])-1]
+	if len(h[0])+len(h[1]) == 0 {
+		delete(c.held, k)
+	} else {
+		c.held[k] = h
+	}
+}
+
+func (c *lkhClient) dropAll(at time.Time) {
+	for k, h := range c.held {
+		for _, s := range h {
+			for _, iv := range s {
+				c.r.log.Close(iv, at)
+			}
+		}
+		delete(c.held, k)
+	}
+}
+
+func (c *lkhClient) disconnect(abrupt bool) {
+	at := time.Now()
+	if abrupt {
+		_ = c.conn.PgConn().Conn().Close()
+		c.r.count("disconnect-abrupt")
+	} else {
+		c.r.count("disconnect-terminate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = c.conn.Close(ctx)
+	cancel()
+	c.conn = nil
+	c.dropAll(at.Add(lkhGrace))
+}
+
+func (c *lkhClient) unexpected(op string, err error) {
+	c.r.failf("client %d (direct %v): %s: unexpected error %v", c.id, c.direct, op, err)
+	c.disconnect(false)
+	if err := c.connect(); err != nil {
+		c.r.failf("client %d: reconnect: %v", c.id, err)
+	}
+}
+
+func (c *lkhClient) pick(base int64, n int) int64 { return base + int64(c.rng.Intn(n)) }
+
+func (c *lkhClient) opTry(ctx context.Context, m int) {
+	key, fn := c.pick(lkhExclBase, lkhExclN), "pg_try_advisory_lock"
+	if m == 1 {
+		key, fn = c.pick(lkhShBase, lkhShN), "pg_try_advisory_lock_shared"
+	}
+	if c.rng.Intn(5) == 0 { // the other mode's keys: shared against exclusive
+		key = c.pick(lkhShBase, lkhShN)
+		if m == 1 {
+			key = c.pick(lkhExclBase, lkhExclN)
+		}
+	}
+	iv := c.r.log.Open(c.id, key)
+	var ok bool
+	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1)", c.mode(), key).Scan(&ok)
+	if err != nil {
+		c.r.log.Close(iv, time.Now())
+		c.unexpected(fn, err)
+		return
+	}
+	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
+	if !ok {
+		c.r.log.Close(iv, time.Now())
+		if c.count(key, 0) > 0 {
+			c.r.failf("client %d: %s(%d) = false although it holds the key exclusively", c.id, fn, key)
+		}
+		return
+	}
+	c.push(key, m, iv)
+}
+
+// opLock is a blocking pg_advisory_lock bounded by a lock_timeout set by
+// SET or by SET LOCAL inside a transaction.
+func (c *lkhClient) opLock(ctx context.Context) {
+	key := c.pick(lkhExclBase, lkhExclN)
+	local := c.rng.Intn(2) == 0
+	iv := c.r.log.Open(c.id, key)
+	var err error
+	if local {
+		var tx pgx.Tx
+		if tx, err = c.conn.Begin(ctx); err != nil {
+			c.r.log.Close(iv, time.Now())
+			c.unexpected("BEGIN", err)
+			return
+		}
+		if _, err = tx.Exec(ctx, "SET LOCAL lock_timeout = 100"); err == nil {
+			_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1)", c.mode(), key)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		} else {
+			_ = tx.Rollback(ctx)
+		}
+	} else {
+		if _, err = c.conn.Exec(ctx, "SET lock_timeout = '100ms'"); err == nil {
+			_, err = c.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", c.mode(), key)
+		}
+		if _, rerr := c.conn.Exec(ctx, "RESET lock_timeout"); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	switch {
+	case err == nil:
+		c.r.count(fmt.Sprintf("pg_advisory_lock/local=%v", local))
+		c.push(key, 0, iv)
+	case sqlState(err) == "55P03":
+		c.r.count(fmt.Sprintf("pg_advisory_lock=lock_timeout/local=%v", local))
+		if c.direct {
+			// PostgreSQL may grant the lock in the instant lock_timeout
+			// fires: ask the backend.
+			var n int
+			if err := c.conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid = 1 AND mode = 'ExclusiveLock' AND "+lkrKeyExpr+" = $1", key).Scan(&n); err != nil {
+				c.unexpected("own locks", err)
+				return
+			}
+			if n > c.count(key, 0) {
+				c.push(key, 0, iv)
+				return
+			}
+		}
+		c.r.log.Close(iv, time.Now())
+	default:
+		c.r.log.Close(iv, time.Now())
+		c.unexpected("pg_advisory_lock", err)
+	}
+}
+
+func (c *lkhClient) opUnlock(ctx context.Context, m int) {
+	base, n, fn := int64(lkhExclBase), lkhExclN, "pg_advisory_unlock"
+	if m == 1 {
+		base, n, fn = lkhShBase, lkhShN, "pg_advisory_unlock_shared"
+	}
+	key := c.pick(base, n)
+	if c.rng.Intn(5) != 0 {
+		for k := range c.held {
+			if c.count(k, m) > 0 {
+				key = k
+				break
+			}
+		}
+	}
+	var ok bool
+	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1)", c.mode(), key).Scan(&ok)
+	at := time.Now()
+	if err != nil {
+		c.unexpected(fn, err)
+		return
+	}
+	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
+	if want := c.count(key, m) > 0; ok != want {
+		c.r.failf("client %d (direct %v): %s(%d) = %v, but the client holds it %d times", c.id, c.direct, fn, key, ok, c.count(key, m))
+	}
+	if ok && c.count(key, m) > 0 {
+		c.pop(key, m, at)
+	}
+}
+
+func (c *lkhClient) opUnlockAll(ctx context.Context) {
+	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_unlock_all()", c.mode()); err != nil {
+		c.unexpected("pg_advisory_unlock_all", err)
+		return
+	}
+	c.r.count("pg_advisory_unlock_all")
+	c.dropAll(time.Now())
+}
+
+func (c *lkhClient) opXact(ctx context.Context) {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		c.unexpected("BEGIN", err)
+		return
+	}
+	key := c.pick(lkhXactBase, lkhXactN)
+	iv := c.r.log.Open(c.id, key)
+	defer func() { c.r.log.Close(iv, time.Now()) }()
+	var ok bool
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid); err != nil {
+		_ = tx.Rollback(ctx)
+		c.unexpected("xact lock", err)
+		return
+	}
+	c.r.log.SetPID(iv, uint32(pid))
+	c.r.count(fmt.Sprintf("pg_try_advisory_xact_lock=%v", ok))
+	if err := tx.Commit(ctx); err != nil {
+		c.unexpected("COMMIT", err)
+	}
+}
+
+func (c *lkhClient) step() {
+	if c.conn == nil {
+		if err := c.connect(); err != nil {
+			c.r.failf("client %d: connect: %v", c.id, err)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	holding := len(c.held) > 0
+	p := c.rng.Intn(100)
+	switch {
+	case holding && p < 25, !holding && p < 5:
+		c.opUnlock(ctx, 0)
+	case holding && p < 33, !holding && p < 8:
+		c.opUnlock(ctx, 1)
+	case holding && p < 37:
+		c.opUnlockAll(ctx)
+	case p < 55:
+		c.opTry(ctx, 0)
+	case p < 65:
+		c.opTry(ctx, 1)
+	case p < 80:
+		c.opLock(ctx)
+	case p < 90:
+		c.opXact(ctx)
+	case p < 95:
+		if _, err := c.conn.Exec(ctx, "SELECT 1"); err != nil {
+			c.unexpected("SELECT 1", err)
+		}
+	case p < 98:
+		c.disconnect(true)
+	default:
+		c.disconnect(false)
+	}
+}
+
+func TestLocksRandomizedHold(t *testing.T) {
+	t.Parallel()
+	seed := int64(20261201)
+	if s := os.Getenv("LOCKPOOL_LOCKS_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LOCKPOOL_LOCKS_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
+	l := startLockpool(t, 12, "", appYAML{name: lkhApp, user: lkhUser, db: "appdb", max: 3, pinned: 1, advisory: "hold", state: "pin", wait: "5s"})
+	r := &lkrRun{t: t, l: l, log: testenv.NewLockLog(), counts: map[string]int{}}
+	checkSU, su := superConn(t, "appdb"), superConn(t, "appdb")
+
+	clients := make([]*lkhClient, lkhClients+1)
+	for i := range clients {
+		c := &lkhClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb")}
+		if i == lkhClients {
+			c.direct, c.dsn = true, pgtestDSN(t, lkhUser)
+		}
+		if err := c.connect(); err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	t.Cleanup(func() {
+		for _, c := range clients {
+			if c.conn != nil {
+				_ = c.conn.Close(context.Background())
+			}
+		}
+	})
+
+	// The continuous checker: every granted lock on this test's keys is
+	// explained by a client's hold on that backend (any lock connection
+	// for lockpool's clients), and nothing is pinned.
+	var samples atomic.Int64
+	stopCheck := lkSampler(10*time.Millisecond, func() {
+		if g := l.Pinned(lkhApp, ""); g != 0 {
+			r.failf("checker: lockpool_pinned_sessions = %v under hold", g)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qs := time.Now()
+		rows, err := lkhRows(ctx, checkSU)
+		if err != nil {
+			r.failf("checker: %v", err)
+			return
+		}
+		qe := time.Now()
+		for _, x := range rows {
+			pid := x.pid
+			if x.lockConn {
+				pid = lkhLockConnPID
+			}
+			if !r.log.Explains(pid, x.key, qs, qe) {
+				r.failf("checker: backend %d (lock connection %v) holds %s %d, but no client holds it there", x.pid, x.lockConn, x.mode, x.key)
+			}
+		}
+		samples.Add(1)
+	})
+	defer stopCheck()
+
+	ops := 0
+	for phase := 0; phase < lkhPhases; phase++ {
+		end := time.Now().Add(lkhPhaseDur)
+		var wg sync.WaitGroup
+		var phaseOps atomic.Int64
+		for _, c := range clients {
+			wg.Add(1)
+			go func(c *lkhClient) {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					c.step()
+					phaseOps.Add(1)
+				}
+			}(c)
+		}
+		wg.Wait()
+		ops += int(phaseOps.Load())
+		lkhBarrier(t, r, su, clients, fmt.Sprintf("after phase %d", phase+1))
+		if r.fails.Load() > 0 {
+			break
+		}
+	}
+
+	for _, c := range clients {
+		if c.conn != nil {
+			c.disconnect(c.id%2 == 0)
+		}
+	}
+	ctx := testenv.Context(t, 10*time.Second)
+	deadline := time.Now().Add(lkhGrace)
+	for {
+		rows, err := lkhRows(ctx, su)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("1s after every client left, %d advisory locks remain: %+v", len(rows), rows)
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_locks: PostgreSQL sends no signal
+	}
+	stopCheck()
+
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.counts))
+	for k := range r.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
+	}
+	r.mu.Unlock()
+	t.Logf("seed %d: %d operations by %d clients (one direct), %d checker samples, %d violations;%s",
+		seed, ops, len(clients), samples.Load(), r.fails.Load(), b.String())
+	if samples.Load() < 10 {
+		t.Errorf("the checker only ran %d times", samples.Load())
+	}
+}
+
+// lkhBarrier checks, with every client idle, that no two clients believe
+// they hold conflicting locks and that pg_locks agrees exactly with the
+// beliefs: lockpool's lock connections hold each key lockpool's clients
+// hold (exclusive when one of them holds it exclusively, shared when they
+// hold it only shared), the direct client's backend what it holds, nothing
+// else.
+func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, when string) {
+	t.Helper()
+	ctx := testenv.Context(t, 10*time.Second)
+	type belief struct {
+		lpExcl, lpShared, directExcl, directShared bool
+		holders                                    map[int][2]int
+	}
+	beliefs := map[int64]*belief{}
+	for _, c := range clients {
+		for k := range c.held {
+			b := beliefs[k]
+			if b == nil {
+				b = &belief{holders: map[int][2]int{}}
+				beliefs[k] = b
+			}
+			e, s := c.count(k, 0) > 0, c.count(k, 1) > 0
+			b.holders[c.id] = [2]int{c.count(k, 0), c.count(k, 1)}
+			if c.direct {
+				b.directExcl, b.directShared = e, s
+			} else {
+				b.lpExcl = b.lpExcl || e
+				b.lpShared = b.lpShared || s
+			}
+		}
+	}
+	for k, b := range beliefs {
+		var excl []int
+		for id, h := range b.holders {
+			if h[0] > 0 {
+				excl = append(excl, id)
+			}
+		}
+		if len(excl) > 1 || len(excl) == 1 && len(b.holders) > 1 {
+			r.failf("%s: key %d: conflicting beliefs %v", when, k, b.holders)
+		}
+	}
+	var rows []lkhRow
+	var err error
+	deadline := time.Now().Add(lkhGrace + 500*time.Millisecond) // releases of the last moment's disconnects
+	for {
+		if rows, err = lkhRows(ctx, su); err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]*belief{}
+		lockConns := map[int64]map[uint32]bool{}
+		for _, x := range rows {
+			g := got[x.key]
+			if g == nil {
+				g = &belief{}
+				got[x.key] = g
+			}
+			excl := x.mode == "ExclusiveLock"
+			switch {
+			case x.lockConn:
+				if lockConns[x.key] == nil {
+					lockConns[x.key] = map[uint32]bool{}
+				}
+				lockConns[x.key][x.pid] = true
+				if excl {
+					g.lpExcl = true
+				} else {
+					g.lpShared = true
+				}
+			case x.pid == clients[lkhClients].pid:
+				if excl {
+					g.directExcl = true
+				} else {
+					g.directShared = true
+				}
+			default:
+				g.holders = map[int][2]int{-1: {}} // a backend nobody should have
+			}
+		}
+		var bad []string
+		for k, g := range got {
+			w := beliefs[k]
+			if w == nil {
+				w = &belief{}
+			}
+			switch {
+			case g.holders != nil:
+				bad = append(bad, fmt.Sprintf("key %d held by an unexpected backend", k))
+			case len(lockConns[k]) > 1:
+				bad = append(bad, fmt.Sprintf("key %d on %d lock connections", k, len(lockConns[k])))
+			case g.lpExcl != w.lpExcl:
+				bad = append(bad, fmt.Sprintf("key %d: lock connection exclusive %v, clients believe %v", k, g.lpExcl, w.lpExcl))
+			case g.lpShared && !w.lpShared, !g.lpShared && w.lpShared && !w.lpExcl:
+				bad = append(bad, fmt.Sprintf("key %d: lock connection shared %v, clients believe shared %v (exclusive %v)", k, g.lpShared, w.lpShared, w.lpExcl))
+			case g.directExcl != w.directExcl || g.directShared != w.directShared:
+				bad = append(bad, fmt.Sprintf("key %d: direct backend holds excl %v shared %v, it believes %v %v", k, g.directExcl, g.directShared, w.directExcl, w.directShared))
+			}
+		}
+		for k, w := range beliefs {
+			if got[k] == nil {
+				bad = append(bad, fmt.Sprintf("key %d: clients believe %v, nothing in pg_locks", k, w.holders))
+			}
+		}
+		if len(bad) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, s := range bad {
+				r.failf("%s: %s", when, s)
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling pg_locks: PostgreSQL sends no signal
+	}
+	// /debug/locks agrees with the lockpool clients' beliefs.
+	n := 0
+	for _, c := range hdDebugHeld(t, r.l) {
+		for _, h := range c.Held {
+			n += h.Count
+		}
+	}
+	want := 0
+	for _, c := range clients[:lkhClients] {
+		for k := range c.held {
+			want += c.count(k, 0) + c.count(k, 1)
+		}
+	}
+	if n != want {
+		r.failf("%s: /debug/locks shows %d holds, clients believe %d", when, n, want)
+	}
+}
+
+// pgtestDSN is the DSN of appdb for user, directly (not through lockpool).
+func pgtestDSN(t *testing.T, user string) string {
+	return pgtest.Require(t).DSN(user, testenv.Password, "appdb")
+}
