@@ -960,7 +960,7 @@ func (s *session) kill(pe *pgError) {
 	l.Post(func() { s.interrupt(fatal) })
 }
 
-// cleanup runs when the session goroutine ends, however it ends.
+// cleanup runs when the session ends, however it ends.
 func (s *session) cleanup() {
 	s.srv.unregister(s)
 	s.link.mu.Lock()

@@ -45,7 +45,7 @@ type Result struct {
 	// Context switches of all the pooler's threads per transaction (whole
 	// run, logins included: /proc/<pid>/task/*/status); -1 for direct.
 	SwitchesPerTxn float64 `json:"pooler_context_switches_per_txn"`
-	Profile       string  `json:"pprof,omitempty"`
+	Profile        string  `json:"pprof,omitempty"`
 }
 
 func (r *Row) label() string {
