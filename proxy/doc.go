@@ -5,20 +5,35 @@
 //
 // # Who owns what
 //
-// One goroutine per client, the session goroutine, owns the session: it
-// reads the client, writes the server, reads the server's replies and
-// writes them to the client. Two small types hold what other goroutines may
-// see:
+// Sessions run on event loops (internal/evloop, event_loops of them): a
+// loop's thread waits in epoll on its clients' and server connections'
+// sockets and runs each session as a coroutine, in the plain blocking
+// style: a read or write that would block yields to the loop, which resumes
+// the coroutine when epoll says the socket is ready. One coroutine owns the
+// session at a time: it reads the client, writes the server, reads the
+// server's replies and writes them to the client. A session that is idle
+// with no server connection rests: it has no coroutine (no stack), and its
+// loop starts one when the client speaks. Login, TLS handshake and startup
+// checks run before, on the accepting goroutine; the socket is then handed
+// to a loop (adopted: taken out of Go's netpoller into the loop's epoll).
+// Waits on anything but the session's own sockets never block the loop: a
+// wait for a pool connection parks the coroutine in its loop (the pool
+// unparks it), and pin slots, lease calls, dials and cancels run through
+// session.offload on a goroutine of their own.
+//
+// Two small types hold what other goroutines may see:
 //   - serverLink (link.go): the server connection and its life-cycle state,
-//     changed by the session goroutine under the link's lock, read by cancel
+//     changed by the session under the link's lock, read by cancel
 //     requests, shutdown and the admin server.
 //   - clientOut (link.go): the client socket's write side. A FATAL is the
-//     last thing written; nothing is written after it.
+//     last thing written; nothing is written after it. Replies go out once
+//     per loop turn (evloop.Conn.WriteDeferred).
 //
-// The only other goroutine that touches a session is the watcher: while a
-// pinned (or session-mode) client is idle it reads the server connection to
-// relay notifications and to notice the server's death. The session
-// goroutine takes the connection back (stopWatch) before it touches it.
+// Other goroutines reach a session only through its loop: kill posts an
+// interrupt, which ends the coroutine's current socket wait with the FATAL
+// (or wakes a resting session to say it). While a pinned (or session-mode)
+// client is idle, its coroutine waits on both sockets at once (watchIdle),
+// relaying notifications and noticing the server's death.
 //
 // A client that asks for the database lockpool is no session: it is an
 // admin console (console.go), served on its connection's goroutine after
@@ -36,7 +51,7 @@
 //	detached ───────────────────────────────────────> attached
 //	   ▲   ▲                                           │  ▲  │ ▲
 //	   │   │ release at a safe point (unpinned)        │  │  │ │ client idle, pinned
-//	   │   └───────────────────────────────────────────┘  │  ▼ │
+//	   │   └───────────────────────────────────────────┘  │  ▼ │  (watchIdle)
 //	   │                       write client messages      │ watched
 //	   │                          ┌───────────────────────┘
 //	   │                          ▼            ReadyForQuery, nothing owed

@@ -21,7 +21,7 @@ const (
 	linkAttached                  // a server connection, nothing of the client's running on it
 	linkRelaying                  // the client's messages are on the server; replies are owed
 	linkProbing                   // lockpool's own statements run (lock probe, setting read-back)
-	linkWatched                   // the client is idle; a watcher goroutine reads the server
+	linkWatched                   // the client is idle and pinned: watchIdle waits on both sockets
 	linkLost                      // the server connection died
 	linkClosing                   // the session is ending
 )

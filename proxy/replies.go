@@ -45,7 +45,7 @@ type reply struct {
 }
 
 // replyQueue holds, in the client's order, every reply the client is owed:
-// the server's and lockpool's own alike. The session goroutine owns it.
+// the server's and lockpool's own alike. The session's coroutine owns it.
 // Replies lockpool makes itself wait in the queue until every reply before
 // them was written, so the client sees one ordered stream.
 type replyQueue struct {

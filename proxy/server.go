@@ -358,16 +358,13 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // startLoops starts the event loops (event_loops; 0: one per CPU). Each
-// loop's thread blocks in epoll_wait holding its P; the runtime gets one P
-// more than there are loops for everything else (logins, offloaded waits,
-// timers, the admin server), so it never needs to take a loop's P away.
+// loop's thread blocks in epoll_wait holding its P; evloop raises
+// GOMAXPROCS to one P more than the running loops for everything else
+// (logins, offloaded waits, timers, the admin server).
 func (s *Server) startLoops() error {
 	n := s.rc.Load().cfg.EventLoops
 	if n <= 0 {
 		n = runtime.NumCPU()
-	}
-	if runtime.GOMAXPROCS(0) < n+1 {
-		runtime.GOMAXPROCS(n + 1)
 	}
 	for i := 0; i < n; i++ {
 		l, err := evloop.New()

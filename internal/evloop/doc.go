@@ -5,16 +5,21 @@
 // # What it owns
 //
 //   - Loop: one epoll instance, the goroutine that waits on it, and the
-//     coroutines it drives. While it has nothing to do the loop goroutine
-//     parks in Go's own netpoller (the epoll descriptor is registered there
-//     like a socket), so an idle loop costs no thread and no sysmon retake,
-//     and a busy loop reads and writes in place, as PgBouncer's single
-//     epoll loop does.
+//     coroutines it drives. The loop's thread blocks in epoll_wait itself
+//     (a raw syscall: the runtime leaves it its P), so a wake-up goes
+//     straight to the thread that handles it, and a busy loop reads and
+//     writes in place, as PgBouncer's single epoll loop does. The runtime
+//     needs one P more than there are loops for everything else.
 //   - Co: a coroutine (iter.Pull) that runs one session's code in the
 //     plain blocking style. A read or write that would block yields to the
 //     loop; the loop resumes the coroutine when epoll says the socket is
 //     ready. Switching between the loop and a coroutine is a direct
-//     goroutine switch on the same thread, not a scheduler wake-up.
+//     goroutine switch on the same thread, not a scheduler wake-up. A
+//     coroutine whose function returned is kept as a spare for the next
+//     Go, so starting one creates no goroutine. GoOnReadable starts one
+//     when an idle socket speaks: an idle session needs no coroutine.
+//   - Replies written with WriteDeferred go out at the end of the loop's
+//     turn, all of the turn's replies together, just before it waits.
 //   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
 //     handshake, dial) and is adopted by a loop: its descriptor is taken out
 //     of Go's netpoller and put in the loop's epoll. TLS and buffered
@@ -29,10 +34,12 @@
 //     coroutine: its Read and Write yield when the socket is not ready. An
 //     adopted Conn bound to no coroutine (an idle pooled server connection)
 //     may be used by any goroutine; its Read and Write then wait in poll(2).
-//   - A coroutine never waits on anything but its sockets inside the loop:
-//     a wait for a pool, a lock, a timer or another goroutine goes through
-//     Co.Offload, which runs it on a goroutine of its own while the
-//     coroutine is suspended and the loop serves others.
+//   - A coroutine never blocks its thread on anything but its sockets: a
+//     wait another goroutine ends goes through Park and Unpark (the pool's
+//     wait for a connection), and anything else that may block (a dial, a
+//     lease call, a pin slot) through Co.Offload, which runs it on a
+//     goroutine of its own while the coroutine is suspended and the loop
+//     serves others.
 //   - Readiness is edge-triggered. A socket is assumed ready until a
 //     syscall on it returns EAGAIN or a short count; epoll reports the next
 //     edge. A spurious wake-up only costs one syscall that returns EAGAIN.

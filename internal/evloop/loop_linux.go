@@ -7,7 +7,9 @@ import (
 	"iter"
 	"net"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -23,6 +25,16 @@ const (
 
 // pollEvents is what every adopted descriptor is registered for.
 const pollEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+
+// running counts the loops of the process that are running. Each holds a
+// P while it waits (park), so the process needs one P more than that for
+// everything else: Run raises GOMAXPROCS when it must. It is the one
+// process-wide value here because GOMAXPROCS is one too.
+var running atomic.Int32
+
+// spareIdle is how long a loop with nothing to do keeps its spare
+// coroutines before it lets them go.
+const spareIdle = time.Second
 
 // ErrStopped is returned by a wait of a coroutine whose loop stopped.
 var ErrStopped = errors.New("evloop: loop stopped")
@@ -44,9 +56,10 @@ type Loop struct {
 	run    []func()
 	fds    []slot // by descriptor number
 	timers timerHeap
-	flushq []*Conn // connections with deferred writes this turn
-	spare  []*Co   // finished coroutines, kept to run the next Go
-	live   int     // coroutines started and not finished
+	flushq []*Conn   // connections with deferred writes this turn
+	spare  []*Co     // finished coroutines, kept to run the next Go
+	lastGo time.Time // when Go last ran (spares go after spareIdle)
+	live   int       // coroutines started and not finished
 }
 
 // slot is the loop's view of one descriptor homed on it.
@@ -105,6 +118,11 @@ func (l *Loop) Stop() {
 // Run is the loop goroutine.
 func (l *Loop) Run() {
 	defer close(l.done)
+	n := int(running.Add(1))
+	defer running.Add(-1)
+	if runtime.GOMAXPROCS(0) < n+1 {
+		runtime.GOMAXPROCS(n + 1)
+	}
 	for {
 		if l.runPosted() {
 			return
@@ -124,6 +142,9 @@ func (l *Loop) Run() {
 			n = l.park()
 		}
 		l.dispatch(n)
+		if n == 0 && len(l.spare) > 0 && time.Since(l.lastGo) >= spareIdle {
+			l.dropSpares()
+		}
 	}
 }
 
@@ -159,6 +180,9 @@ func (l *Loop) park() int {
 			d = 0
 		}
 		ms = int((d + time.Millisecond - 1) / time.Millisecond)
+	}
+	if len(l.spare) > 0 && (ms < 0 || ms > int(spareIdle/time.Millisecond)) {
+		ms = int(spareIdle / time.Millisecond) // wake to let idle spares go
 	}
 	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), uintptr(ms), 0, 0)
 	if e != 0 {
@@ -248,6 +272,7 @@ const maxSpareWorkers = 256
 // function given to Go: starting one costs a coroutine switch, not a new
 // goroutine (whose creation would wake an idle P's thread).
 func (l *Loop) Go(fn func(co *Co)) {
+	l.lastGo = time.Now()
 	if n := len(l.spare); n > 0 {
 		co := l.spare[n-1]
 		l.spare[n-1] = nil
@@ -278,6 +303,17 @@ func (l *Loop) Go(fn func(co *Co)) {
 	})
 	l.live++
 	l.resume(co)
+}
+
+// dropSpares ends the spare coroutines (their goroutines exit).
+func (l *Loop) dropSpares() {
+	for i, co := range l.spare {
+		co.dead = true
+		l.live--
+		co.stop()
+		l.spare[i] = nil
+	}
+	l.spare = l.spare[:0]
 }
 
 // GoOnReadable arranges for fn to start as a coroutine of l when c may be
