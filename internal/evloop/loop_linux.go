@@ -125,6 +125,7 @@ func (l *Loop) Run() {
 	}
 	for {
 		if l.runPosted() {
+			l.dropSpares()
 			return
 		}
 		n := l.poll()
