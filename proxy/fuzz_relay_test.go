@@ -12,13 +12,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/wire"
-
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // fuzzPG is a server that logs anyone in and answers the first message
@@ -152,22 +154,11 @@ applications:
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := append([]byte(nil), data...)
 		pg.reply.Store(&d)
-		client, server := net.Pipe()
-		defer client.Close()
-		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReaderSize(server, startupReadBuf)
-		ss := newSession(s, server, br, as, "app", "app", map[string]string{"user": "app", "database": "app"})
-		if !s.register(ss) {
-			t.Fatal("register")
-		}
 		s.clientCount.Add(1)
 		as.clientCount.Add(1)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer server.Close()
-			ss.serve()
-		}()
+		client, done := startLoopSession(t, s, as)
+		defer client.Close()
+		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
 		// The client: one statement, then read until ReadyForQuery, EOF or
 		// a quiet second, then leave.
 		go func() {
@@ -203,6 +194,52 @@ applications:
 			t.Fatalf("session hung on server reply %q", data)
 		}
 	})
+}
+
+// startLoopSession runs a logged-in session of application as on one of
+// s's event loops, over a socket pair, as lockpool runs every client's
+// session: it returns the client's end and a channel closed when the
+// session has ended.
+func startLoopSession(tb testing.TB, s *Server, as *appState) (net.Conn, chan struct{}) {
+	tb.Helper()
+	s.mu.Lock()
+	if s.loops == nil {
+		if err := s.startLoops(); err != nil {
+			s.mu.Unlock()
+			tb.Fatal(err)
+		}
+	}
+	s.mu.Unlock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conns := make([]net.Conn, 2)
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		conns[i] = c
+	}
+	sock := evloop.Wrap(conns[1])
+	ss := newSession(s, sock, bufio.NewReaderSize(sock, startupReadBuf), as, "app", "app", map[string]string{"user": "app", "database": "app"})
+	if !s.register(ss) {
+		tb.Fatal("register")
+	}
+	done := make(chan struct{})
+	l := s.pickLoop()
+	l.Post(func() {
+		l.Go(func(co *evloop.Co) {
+			ss.run(co, sock, func() {
+				_ = sock.Close()
+				close(done)
+			})
+		})
+	})
+	return conns[0], done
 }
 
 func fuzzItoa(n int) string {

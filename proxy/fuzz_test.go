@@ -19,9 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/wire"
-
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // fuzzConfig: one application, and a server address where nothing listens
@@ -225,24 +224,16 @@ func FuzzSession(f *testing.F) {
 	rc := s.rc.Load()
 	as := rc.apps["api"]
 	f.Fuzz(func(t *testing.T, data []byte) {
-		client, server := net.Pipe()
+		client, done := startLoopSession(t, s, as)
 		defer client.Close()
 		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReaderSize(server, startupReadBuf)
-		ss := newSession(s, server, br, as, "app", "app", map[string]string{"user": "app", "database": "app"})
-		if !s.register(ss) {
-			t.Fatal("register")
-		}
 		go func() { _, _ = io.Copy(io.Discard, client) }()
 		go func() {
 			_, _ = client.Write(data)
-			_ = client.Close()
-		}()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer server.Close()
-			ss.serve()
+			// Half-close: the session reads to the end, its replies drain.
+			if uc, ok := client.(*net.UnixConn); ok {
+				_ = uc.CloseWrite()
+			}
 		}()
 		select {
 		case <-done:

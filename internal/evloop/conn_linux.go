@@ -152,8 +152,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 			n, err := rawRead(c.fd, p)
 			switch {
 			case err == nil && n > 0:
-				if n < len(p) {
-					s.ready &^= readable
+				if n < len(p) && s.ready&hup == 0 {
+					s.ready &^= readable // drained; the next bytes or the end come with an edge
 				}
 				return n, nil
 			case err == nil:

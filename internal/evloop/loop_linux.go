@@ -21,6 +21,10 @@ import (
 const (
 	readable uint8 = 1 << iota
 	writable
+	// hup: the peer closed its side (or the socket failed). A short read
+	// then does not mean "drained": the end is still to be read, and no
+	// further edge will announce it, so readable stays set.
+	hup
 )
 
 // pollEvents is what every adopted descriptor is registered for.
@@ -222,6 +226,9 @@ func (l *Loop) dispatch(n int) {
 		s := &l.fds[fd]
 		if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			s.ready |= readable
+		}
+		if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			s.ready |= hup
 		}
 		if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			s.ready |= writable

@@ -328,3 +328,33 @@ func TestGoOnReadableRestartsIdleConn(t *testing.T) {
 		}
 	}
 }
+
+// TestEndAfterDataIsRead: bytes and the peer's close arriving together are
+// one edge; the end must still be read after the bytes.
+func TestEndAfterDataIsRead(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	if _, err := peer.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	got := make(chan error, 1)
+	run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			got <- err
+			return
+		}
+		b := make([]byte, 64)
+		n, err := c.Read(b) // a short read: the bytes
+		if err != nil || string(b[:n]) != "last words" {
+			got <- fmt.Errorf("first read %q, %v", b[:n], err)
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(b) // the end, with no further edge
+		got <- err
+	})
+	if err := <-got; err != io.EOF {
+		t.Fatalf("second read: %v, want EOF", err)
+	}
+}
