@@ -67,6 +67,9 @@ func (m *metrics) bindApp(a *appState) {
 		c := m.rejected.WithLabelValues(a.cfg.Name, f.String())
 		a.rejectedCache.Store(f.String(), c)
 	}
+	m.heldLocks.WithLabelValues(a.cfg.Name)
+	m.heldWait.WithLabelValues(a.cfg.Name)
+	m.heldFallbacks.WithLabelValues(a.cfg.Name)
 }
 
 func (a *appState) rejected(fn string) {
