@@ -187,6 +187,10 @@ func (s *session) interrupt(pe *pgError) {
 			s.loop.Go(s.resume)
 		}
 	case s.co != nil:
+		// Its current or next socket wait ends with pe; should it come
+		// to an idle point first (after an offloaded wait), it does not
+		// rest but reads, and that wait ends it.
+		s.killed = pe
 		s.co.Interrupt(pe)
 	}
 }
