@@ -103,7 +103,7 @@ var keys = []key{
 		meaning: "logged-in clients over all applications; more get 53300 at login",
 		at:      func(c any) any { return &c.(*Config).MaxClientConnections }},
 	{path: "event_loops", kind: kindInt, def: "0", check: atLeast(0),
-		meaning: "event loops that run the client sessions (each an epoll loop driving its sessions as coroutines); `0` is one per CPU the process may use (GOMAXPROCS); read at start only",
+		meaning: "event loops that run the client sessions (each an epoll loop on its own thread driving its sessions as coroutines); `0` is one per four CPUs, at least one (see Performance); read at start only",
 		at:      func(c any) any { return &c.(*Config).EventLoops }},
 	{path: "admin_token", kind: kindString, def: "",
 		meaning: "when set, `/debug/*` needs `Authorization: Bearer <token>` (`/metrics`, `/up`, `/health/ready` stay open); required when `admin_listen` is not a loopback address",

@@ -30,11 +30,11 @@ fi
 stamp="$(date -u +%Y-%m-%dT%H%M%SZ)"
 # The whole matrix: lockpool (its default event loops), PgBouncer and direct.
 go run ./tools/bench -out "bench-results/$stamp.json" "$@"
-# How lockpool's throughput scales with its event loops on this machine.
-if [ "${BENCH_LOOPS:-1,2,4}" != "" ]; then
-  for n in ${BENCH_LOOPS//,/ }; do
-    echo "=== lockpool with event_loops: $n"
-    go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" -no-pgbouncer \
-      -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -mixed-sessions 0
-  done
-fi
+# How lockpool's throughput and CPU scale with its event loops on this
+# machine (BENCH_LOOPS, default 1,2,4; empty skips), PgBouncer alongside.
+loops="${BENCH_LOOPS-1,2,4}"
+for n in ${loops//,/ }; do
+  echo "=== lockpool with event_loops: $n"
+  go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" \
+    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -mixed-sessions 0
+done

@@ -217,7 +217,7 @@ func (l *Loop) dispatch(n int) {
 		fd := int(ev.Fd)
 		if fd == l.efd {
 			var b [8]byte
-			_, _ = unix.Read(l.efd, b[:])
+			_, _ = rawRead(l.efd, b[:]) // non-blocking: cannot block
 			continue
 		}
 		if fd >= len(l.fds) {
@@ -239,6 +239,7 @@ func (l *Loop) dispatch(n int) {
 		}
 		if co := s.waiter; co != nil && co.wants(l) {
 			l.resume(co)
+			s = &l.fds[fd] // the coroutine may have grown the table
 		}
 		if fn := s.start; fn != nil && s.ready&readable != 0 {
 			s.start = nil

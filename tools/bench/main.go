@@ -108,7 +108,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&modes, "modes", "simple,extended,prepared", "pgbench -M modes")
 	flag.IntVar(&o.budget, "budget", 10, "server connections for each pooler (lockpool application max_connections, PgBouncer default_pool_size)")
 	flag.IntVar(&o.maxPinned, "max-pinned", 2, "lockpool max_pinned")
-	flag.IntVar(&o.eventLoops, "event-loops", 0, "lockpool event_loops (0: its default, one per CPU)")
+	flag.IntVar(&o.eventLoops, "event-loops", 0, "lockpool event_loops (0: its default)")
 	flag.IntVar(&o.scale, "scale", 10, "pgbench -i -s")
 	flag.IntVar(&o.idle, "idle", 10000, "idle authenticated clients for the memory test (0 = skip)")
 	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")
