@@ -168,13 +168,6 @@ func (s *session) resume(co *evloop.Co) {
 	}
 }
 
-// serve runs the session on the calling goroutine, outside any loop (the
-// protocol unit tests): it never rests.
-func (s *session) serve() {
-	s.app.clients.Inc()
-	s.turn()
-}
-
 // interrupt ends the session with pe (a FATAL), on the loop goroutine: a
 // running coroutine's current (or next) socket wait returns pe; a resting
 // session is woken to say it.
