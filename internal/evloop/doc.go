@@ -42,5 +42,9 @@
 //     serves others.
 //   - Readiness is edge-triggered. A socket is assumed ready until a
 //     syscall on it returns EAGAIN or a short count; epoll reports the next
-//     edge. A spurious wake-up only costs one syscall that returns EAGAIN.
+//     edge. Once the peer has closed (EPOLLRDHUP/HUP) a short read is not
+//     "drained": the end is still to be read and no edge will announce it.
+//     A spurious wake-up only costs one syscall that returns EAGAIN.
+//   - GOMAXPROCS is raised to one more than the loops running in the
+//     process (each loop's thread keeps its P while it waits).
 package evloop
