@@ -629,6 +629,9 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.
 func (s *session) localError(pe *pgError, simple bool) error {
+	if s.killed != nil {
+		return s.killed // as in fail
+	}
 	buf := appendError(nil, 'E', pe)
 	if simple {
 		buf = wire.AppendReadyForQuery(buf, s.status())
@@ -644,6 +647,11 @@ func (s *session) localError(pe *pgError, simple bool) error {
 // error is lockpool's own; otherwise the server raises it, so that the
 // server's transaction fails with it.
 func (s *session) fail(pe *pgError, simple bool) error {
+	if s.killed != nil {
+		// A kill ended the wait that failed (it cancels waits in
+		// lockpool): its FATAL is the answer, not the cancel's error.
+		return s.killed
+	}
 	if s.link.sc == nil {
 		return s.localError(pe, simple)
 	}
