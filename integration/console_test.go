@@ -365,11 +365,16 @@ func TestConsolePauseResume(t *testing.T) {
 				row, _ := res.Find("application", "api")
 				return row["cl_waiting"] == int64(1) && row["paused"] == true
 			})
-			if res, err := testenv.ConsoleQuery(ctx, admin, "SHOW APPLICATIONS"); err != nil {
-				t.Fatal(err)
-			} else if row, _ := res.Find("application", "api"); row["waiting"] != int64(1) || row["paused"] != true {
-				t.Fatalf("SHOW APPLICATIONS api while paused = %v", row)
-			}
+			// The pool counts the paused request once the session's wait
+			// reached it (it runs off the session's loop): wait for that too.
+			eventually(t, 5*time.Second, "SHOW APPLICATIONS api waiting 1 while paused", func() bool {
+				res, err := testenv.ConsoleQuery(ctx, admin, "SHOW APPLICATIONS")
+				if err != nil {
+					t.Fatal(err)
+				}
+				row, _ := res.Find("application", "api")
+				return row["waiting"] == int64(1) && row["paused"] == true
+			})
 			// The pinned session keeps its connection and is not held up.
 			var one int
 			if err := pinned.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
