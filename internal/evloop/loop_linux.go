@@ -435,7 +435,7 @@ func (co *Co) clearWait() {
 }
 
 // wait suspends co until a (or b, when not nil) is ready as wanted, the
-// deadline passes, or an Interrupt arrives.
+// deadline passes, or an Interrupt arrives. With neither it is Park.
 func (co *Co) wait(a *Conn, wa uint8, b *Conn, wb uint8, deadline time.Time) error {
 	if err := co.intr; err != nil {
 		co.intr = nil
@@ -449,8 +449,10 @@ func (co *Co) wait(a *Conn, wa uint8, b *Conn, wb uint8, deadline time.Time) err
 		co.when = deadline
 		l.timers.push(co)
 	}
-	l.slot(a.fd).waiter = co
-	co.waitFd[0], co.waitWant[0] = a.fd, wa
+	if a != nil {
+		l.slot(a.fd).waiter = co
+		co.waitFd[0], co.waitWant[0] = a.fd, wa
+	}
 	if b != nil {
 		l.slot(b.fd).waiter = co
 		co.waitFd[1], co.waitWant[1] = b.fd, wb
@@ -474,34 +476,7 @@ func (co *Co) wait(a *Conn, wa uint8, b *Conn, wb uint8, deadline time.Time) err
 // Park suspends co until Unpark, the deadline (zero: none; then
 // os.ErrDeadlineExceeded) or an Interrupt (its error). It may return nil
 // spuriously: the caller checks what it waits for and parks again.
-func (co *Co) Park(deadline time.Time) error {
-	if err := co.intr; err != nil {
-		co.intr = nil
-		return err
-	}
-	l := co.loop
-	if !deadline.IsZero() {
-		if !time.Now().Before(deadline) {
-			return os.ErrDeadlineExceeded
-		}
-		co.when = deadline
-		l.timers.push(co)
-	}
-	co.waiting, co.timedOut = true, false
-	if !co.yield(struct{}{}) {
-		co.clearWait()
-		return ErrStopped
-	}
-	if err := co.intr; err != nil {
-		co.intr = nil
-		return err
-	}
-	if co.timedOut {
-		co.timedOut = false
-		return os.ErrDeadlineExceeded
-	}
-	return nil
-}
+func (co *Co) Park(deadline time.Time) error { return co.wait(nil, 0, nil, 0, deadline) }
 
 // Unpark ends co's current Park (or, if it is not parked now, may end its
 // next one spuriously). Any goroutine may call it; it never blocks on co.
