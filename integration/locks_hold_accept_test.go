@@ -98,17 +98,19 @@ func TestHoldSeedFailure(t *testing.T) {
 }
 
 // TestHoldNewUserTryLock: with max_pinned 1, a try-lock on a key another
-// session holds answers false at once (no pin slot involved).
+// session holds answers false at once (no pin slot involved). Its key is
+// outside TestHoldSeedFailure's range (20000–21049): parallel tests share
+// one database, so advisory keys must not overlap between tests.
 func TestHoldNewUserTryLock(t *testing.T) {
 	t.Parallel()
 	l := startLockpool(t, 10, "", lkApp("hdn", "app", 4, 1, "hold", "5s"))
 	a, b := l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")
-	if !lkMustBool(t, a, "SELECT pg_try_advisory_lock(21001)") {
+	if !lkMustBool(t, a, "SELECT pg_try_advisory_lock(26001)") {
 		t.Fatal("first try-lock false")
 	}
 	for i := 0; i < 3; i++ {
 		start := time.Now()
-		if lkMustBool(t, b, "SELECT pg_try_advisory_lock(21001)") {
+		if lkMustBool(t, b, "SELECT pg_try_advisory_lock(26001)") {
 			t.Fatal("second session got the lock")
 		}
 		if took := time.Since(start); took > 200*time.Millisecond {
