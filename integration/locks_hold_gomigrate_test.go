@@ -28,35 +28,43 @@ func hdTool(t *testing.T, env, name, install string) string {
 	return p
 }
 
-// hdRunAtOnce runs n commands made by mk at once and returns their
-// outputs, failing the test on any error; it records the most pinned
-// sessions of app seen meanwhile.
-func hdRunAtOnce(t *testing.T, l *lp, app string, n int, mk func(i int) *exec.Cmd) int64 {
-	t.Helper()
+// hdSampleMaxPinned runs fn and returns the most pinned sessions of app
+// seen meanwhile (sampled every 10 ms).
+func hdSampleMaxPinned(l *lp, app string, fn func()) int64 {
 	var maxPinned atomic.Int64
 	stop := lkSampler(10*time.Millisecond, func() {
 		if g := int64(l.Pinned(app, "")); g > maxPinned.Load() {
 			maxPinned.Store(g)
 		}
 	})
-	var wg sync.WaitGroup
+	fn()
+	stop()
+	return maxPinned.Load()
+}
+
+// hdRunAtOnce runs n commands made by mk at once, failing the test on any
+// error; it returns the most pinned sessions of app seen meanwhile.
+func hdRunAtOnce(t *testing.T, l *lp, app string, n int, mk func(i int) *exec.Cmd) int64 {
+	t.Helper()
 	outs := make([][]byte, n)
 	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			outs[i], errs[i] = mk(i).CombinedOutput()
-		}(i)
-	}
-	wg.Wait()
-	stop()
+	maxPinned := hdSampleMaxPinned(l, app, func() {
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				outs[i], errs[i] = mk(i).CombinedOutput()
+			}(i)
+		}
+		wg.Wait()
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("run %d: %v\n%s", i, err, outs[i])
 		}
 	}
-	return maxPinned.Load()
+	return maxPinned
 }
 
 // TestHoldGolangMigrate: six golang-migrate processes at once through
