@@ -4,7 +4,8 @@
 # its own PostgreSQL, a freshly built lockpool and PgBouncer (same
 # server-connection budget), runs pgbench against direct PostgreSQL,
 # lockpool and PgBouncer in turn, the idle-client memory test, the lease
-# throughput test and the mixed pinned run, prints one table and writes
+# throughput test, the advisory lock throughput test (advisory_locks: hold)
+# and the mixed pinned run, prints one table and writes
 # bench-results/<date>.json. Takes about 13 minutes on 2 cores.
 #
 #   scripts/bench.sh                      # the full run
@@ -36,5 +37,5 @@ loops="${BENCH_LOOPS-1,2,4}"
 for n in ${loops//,/ }; do
   echo "=== lockpool with event_loops: $n"
   go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" \
-    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -mixed-sessions 0
+    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0
 done

@@ -290,7 +290,11 @@ func mixedRunSeen(o *options, e *env, clients, pinned int, r *MixedResult) (floa
 
 var rePinned = regexp.MustCompile(`(?m)^lockpool_pinned_sessions\{[^}]*\} ([0-9.e+]+)$`)
 
-func pinnedGauge(t *target) float64 {
+func pinnedGauge(t *target) float64 { return metricSum(t, rePinned) }
+
+// metricSum adds the values of every series re matches in t's /metrics
+// (re's first group is the value); -1 when the scrape fails.
+func metricSum(t *target, re *regexp.Regexp) float64 {
 	resp, err := http.Get(t.AdminURL + "/metrics")
 	if err != nil {
 		return -1
@@ -298,7 +302,7 @@ func pinnedGauge(t *target) float64 {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var sum float64
-	for _, m := range rePinned.FindAllStringSubmatch(string(b), -1) {
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		v, _ := strconv.ParseFloat(m[1], 64)
 		sum += v
 	}

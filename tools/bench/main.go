@@ -45,6 +45,7 @@ type options struct {
 	idle             int // idle clients for the memory test
 	leaseSess        int
 	mixedSess        int
+	lockSess         int
 	directMax        int // PostgreSQL max_connections for direct runs
 	noPgb            bool
 	directMaxClients int
@@ -62,6 +63,7 @@ type Report struct {
 	Rows     []*Row        `json:"pgbench"`
 	Idle     []*IdleResult `json:"idle_clients"`
 	Lease    *LeaseResult  `json:"lease_throughput,omitempty"`
+	Locks    *LockResult   `json:"advisory_lock_throughput,omitempty"`
 	Mixed    *MixedResult  `json:"mixed_pinned,omitempty"`
 	Notes    []string      `json:"notes"`
 	Elapsed  float64       `json:"elapsed_seconds"`
@@ -112,6 +114,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.scale, "scale", 10, "pgbench -i -s")
 	flag.IntVar(&o.idle, "idle", 10000, "idle authenticated clients for the memory test (0 = skip)")
 	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")
+	flag.IntVar(&o.lockSess, "lock-sessions", 50, "sessions for the advisory lock throughput test under advisory_locks: hold (0 = skip)")
 	flag.IntVar(&o.mixedSess, "mixed-sessions", 10, "sessions in the mixed run, 20 % of them pinned (0 = skip)")
 	flag.IntVar(&o.directMax, "pg-max-connections", 1100, "PostgreSQL max_connections (direct runs at 1000 clients need > 1000)")
 	flag.IntVar(&o.directMaxClients, "direct-max-clients", 1000, "skip direct PostgreSQL for rows with more clients (n/a)")
@@ -193,6 +196,9 @@ func run() int {
 	}
 	if o.leaseSess > 0 {
 		rep.Lease = leaseTest(o, env)
+	}
+	if o.lockSess > 0 {
+		rep.Locks = locksTest(o, env)
 	}
 	rep.Elapsed = time.Since(t0).Seconds()
 

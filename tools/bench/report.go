@@ -76,6 +76,14 @@ func printReport(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(tw, "lease acquire+release pairs/s, %d sessions\tn/a\t%.0f\tn/a\tn/a\tn/a\t\t\t\t\t%s\t\n", l.Sessions, l.PairsPerSec, note)
 	}
+	if l := rep.Locks; l != nil {
+		note := fmt.Sprintf("budget %d, %d errors, %d unlocks false, pinned at most %g, fallbacks %g, lockpool cpu %.1f µs/pair",
+			l.Budget, l.Errors, l.FalseUnlock, l.MaxPinned, l.Fallbacks, l.CPUPer1000*1000)
+		if l.FirstError != "" {
+			note += "; " + trunc(l.FirstError, 60)
+		}
+		fmt.Fprintf(tw, "advisory lock+unlock pairs/s (hold), %d sessions\tn/a\t%.0f\tn/a\tn/a\tn/a\t\t\t\t\t%s\t\n", l.Sessions, l.PairsPerSec, note)
+	}
 	if x := rep.Mixed; x != nil {
 		if x.Error != "" {
 			fmt.Fprintf(tw, "mixed %d%% pinned\tn/a\tfails\tn/a\tn/a\tn/a\t\t\t\t\t%s\t\n", 20, trunc(x.Error, 80))
@@ -97,7 +105,8 @@ func printReport(w io.Writer, rep *Report) {
 // more, p99 at most PgBouncer's + 10 %, context switches per transaction at
 // most PgBouncer's + 0.2 at 50 clients, -M prepared at least 0.95 × lockpool's
 // own extended, at most 4 kB per idle client, unpinned sessions at least
-// 0.9 × their throughput without pins.
+// 0.9 × their throughput without pins, and at least 1,000 advisory lock +
+// unlock pairs per second under hold with nothing pinned and no errors.
 func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
 	fmt.Fprintln(w, "\ntargets:")
 	for _, r := range rep.Rows {
@@ -142,6 +151,10 @@ func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
 	}
 	if x := rep.Mixed; x != nil && x.Error == "" {
 		fmt.Fprintf(w, "  unpinned ≥ 0.9 × no-pins: %.3f %s\n", x.Ratio, mark(x.Ratio >= 0.9))
+	}
+	if l := rep.Locks; l != nil {
+		fmt.Fprintf(w, "  hold: ≥ 1,000 lock+unlock pairs/s from %d sessions, 0 pinned, 0 errors: %.0f/s, pinned at most %g, %d errors %s\n",
+			l.Sessions, l.PairsPerSec, l.MaxPinned, l.Errors, mark(l.PairsPerSec >= 1000 && l.MaxPinned == 0 && l.Errors == 0 && l.FalseUnlock == 0))
 	}
 }
 

@@ -91,10 +91,17 @@ applications:
     max_pinned: %d
     advisory_locks: pin
     wait_timeout: 120s        # PgBouncer's query_wait_timeout default
+  - name: benchlocks          # the advisory lock throughput test (tools/bench/locks.go)
+    user: %s
+    database: benchlocks
+    pool_mode: transaction
+    max_connections: %d
+    advisory_locks: hold
+    wait_timeout: 120s
 leases:
   max_connections: 2
 event_loops: %d
-`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned, o.eventLoops)
+`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned, benchUser, o.budget, o.eventLoops)
 }
 
 func setup(o *options, work string, rep *Report) (*env, error) {
@@ -222,7 +229,10 @@ pidfile =
 	return t, conf, nil
 }
 
-func (t *target) dsn() string {
+func (t *target) dsn() string { return t.dsnDB(benchDB) }
+
+// dsnDB is t's connection string for database db.
+func (t *target) dsnDB(db string) string {
 	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=disable",
-		t.Host, t.Port, benchUser, benchPassword, benchDB)
+		t.Host, t.Port, benchUser, benchPassword, db)
 }
