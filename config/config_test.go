@@ -78,7 +78,7 @@ func TestDefaults(t *testing.T) {
 		Users: []User{{Name: "app", Password: "pw"}},
 		Applications: []Application{{
 			Name: "api", User: "app", Database: "", PoolMode: "transaction",
-			MaxConnections: 4, MaxPinned: 1, AdvisoryLocks: "pin", SessionState: "pin",
+			MaxConnections: 4, MaxPinned: 1, AdvisoryLocks: "hold", SessionState: "pin",
 			WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200,
 		}},
 		Leases: Leases{Schema: "lockpool", MaxConnections: 2},
@@ -119,7 +119,7 @@ func TestFull(t *testing.T) {
 			{Name: "api-any", User: "app", PoolMode: "transaction", MaxConnections: 8, MaxPinned: 7,
 				AdvisoryLocks: "reject", SessionState: "reject", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200},
 			{Name: "jobs", User: "worker", Database: "jobsdb", PoolMode: "transaction", MaxConnections: 4, MaxPinned: 1,
-				AdvisoryLocks: "pin", SessionState: "pin", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200},
+				AdvisoryLocks: "hold", SessionState: "pin", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200},
 		},
 		Leases: Leases{Schema: "lp_leases", MaxConnections: 5},
 		Path:   "testdata/good/full.yaml",
@@ -372,7 +372,7 @@ func TestShippedConfig(t *testing.T) {
 		t.Fatalf("shipped config.yaml:\n%v", err)
 	}
 	a, ok := c.Match("app", "appdb")
-	if !ok || a.Name != "api" || a.AdvisoryLocks != "pin" || a.SessionState != "pin" || a.MaxPinned != 1 || a.MaxConnections != 4 {
+	if !ok || a.Name != "api" || a.AdvisoryLocks != "hold" || a.SessionState != "pin" || a.MaxPinned != 1 || a.MaxConnections != 4 {
 		t.Errorf("api application = %+v, %v", a, ok)
 	}
 	u, ok := c.UserByName("app")
