@@ -65,6 +65,11 @@ type serverLink struct {
 	waiting  bool               // the session waits in lockpool (connection, pin slot, lease)
 	waitCtx  context.Context    // the context of such waits, reused until a cancel request ends it
 	waitStop context.CancelFunc // ends waitCtx
+	// cancelling is closed when the cancel request in flight for the
+	// client's statement has been delivered to PostgreSQL (or failed); nil
+	// when none is. The session gives the connection back (or probes it)
+	// only after that, so a cancel never reaches the next holder's work.
+	cancelling chan struct{}
 }
 
 // to moves the link to next and returns an error for a move the life
@@ -100,6 +105,14 @@ func (l *serverLink) attach(sc *pool.Conn, st *serverState) error {
 	}
 	l.sc, l.st = sc, st
 	return nil
+}
+
+// cancelInFlight returns the channel closed when the cancel request in
+// flight ends, or nil when none is.
+func (l *serverLink) cancelInFlight() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cancelling
 }
 
 // detach forgets the connection (given back, destroyed or lost).

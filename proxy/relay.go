@@ -338,6 +338,7 @@ func (s *session) onReady(body []byte) error {
 // changed settings, and give the connection back unless pinned.
 func (s *session) safePoint() error {
 	sc := s.link.sc
+	s.awaitCancel()
 	if err := s.link.to(linkAttached); err != nil {
 		return err
 	}

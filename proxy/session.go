@@ -843,24 +843,42 @@ func (s *session) endWait() {
 // cancelRunning handles a CancelRequest for this session (on the cancel
 // connection's goroutine). A wait in lockpool (for a connection, a pin slot,
 // a lease) ends with 57014. A statement of the client's running on the
-// server is cancelled there, while the link's lock is held: the connection
-// cannot be given back (and reach another client) before PostgreSQL has
-// taken the cancel, and a backend that finished meanwhile ignores a cancel
-// that arrives while it is idle.
+// server is cancelled there; the link records the cancel in flight
+// (serverLink.cancelling) and the session neither gives the connection back
+// nor probes it before PostgreSQL has taken the cancel (awaitCancel), so
+// the cancel cannot reach another client's work, and a backend that
+// finished meanwhile ignores a cancel that arrives while it is idle. The
+// link's lock is not held while the cancel connection is dialed: the
+// session's loop never waits on a dial.
 func (s *session) cancelRunning(ctx context.Context) {
 	s.link.mu.Lock()
-	defer s.link.mu.Unlock()
 	if s.link.waiting && s.link.waitStop != nil {
 		s.link.waitStop()
 		s.link.waitCtx, s.link.waitStop = nil, nil
 	}
-	if s.link.state != linkRelaying || s.link.sc == nil {
-		return // nothing of the client's runs on the server
+	if s.link.state != linkRelaying || s.link.sc == nil || s.link.cancelling != nil {
+		s.link.mu.Unlock()
+		return // nothing of the client's runs on the server, or a cancel is on its way
 	}
+	sc, done := s.link.sc, make(chan struct{})
+	s.link.cancelling = done
+	s.link.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := s.srv.pool.Cancel(cctx, s.link.sc); err != nil {
+	if err := s.srv.pool.Cancel(cctx, sc); err != nil {
 		s.srv.log.Debug("cancel failed", "err", err)
+	}
+	cancel()
+	s.link.mu.Lock()
+	s.link.cancelling = nil
+	s.link.mu.Unlock()
+	close(done)
+}
+
+// awaitCancel waits (offloaded) until no cancel request for the client's
+// statement is in flight; see cancelRunning.
+func (s *session) awaitCancel() {
+	if done := s.link.cancelInFlight(); done != nil {
+		s.offload(func() { <-done })
 	}
 }
 
@@ -995,6 +1013,9 @@ func (s *session) cleanup() {
 	busy := s.q.server > 0 || s.unsynced
 	_ = s.link.to(linkClosing)
 	s.link.detach()
+	if sc != nil && clean {
+		s.awaitCancel()
+	}
 	if sc != nil {
 		switch {
 		case clean && (s.pinned || s.app.sessionPool || s.slot != nil):
