@@ -104,6 +104,16 @@ func (c *Conn) alive() bool {
 	return deadlineAlive(c)
 }
 
+// aliveBy is alive, asking lv first (nil: alive).
+func (c *Conn) aliveBy(lv Liveness) bool {
+	if lv != nil {
+		if quiet, known := lv.Quiet(c.Net); known {
+			return quiet && (c.Reader == nil || c.Reader.Buffered() == 0)
+		}
+	}
+	return c.alive()
+}
+
 // deadlineAlive is the portable fallback: a bufio Peek with a 1 ms
 // deadline. A timeout means alive. bufio.Reader.Peek returns and clears the
 // error (readErr), so the reader stays usable afterwards.

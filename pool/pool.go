@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -375,11 +376,20 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 	}
 }
 
+// Liveness tells whether an idle connection's socket has received nothing
+// since it was last read (an idle server sends nothing: anything there is a
+// FATAL or the end), without a system call where it can: an event loop
+// knows what epoll reported. known false: the pool peeks at the socket.
+type Liveness interface {
+	Quiet(nc net.Conn) (quiet, known bool)
+}
+
 // AcquireIdle is Acquire's fast path for callers that must not block (a
 // session on an event loop): an idle connection of (app, database) when one
 // can be had at once, with no waiter ahead of the caller; nil otherwise (the
-// caller then calls Acquire where it may wait or dial).
-func (m *Manager) AcquireIdle(app, database string) *Conn {
+// caller then calls Acquire where it may wait or dial). lv, if not nil,
+// checks the connection's liveness.
+func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	m.mu.Lock()
 	a := m.apps[app]
 	if m.closed || a == nil || a.removed || a.waiters.n > 0 || m.pause.on.Load() && m.pausedLocked(app) {
@@ -395,7 +405,7 @@ func (m *Manager) AcquireIdle(app, database string) *Conn {
 	a.inUse++
 	m.mu.Unlock()
 	a.observeWait(0)
-	if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.alive() {
+	if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.aliveBy(lv) {
 		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 		m.Destroy(c)
 		return nil

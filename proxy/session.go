@@ -157,7 +157,7 @@ func (s *session) resume(co *evloop.Co) {
 	}
 	for !s.turn() {
 		s.mustRead = true // unless it rests below: the client spoke meanwhile
-		if s.loop.GoOnReadable(s.sock, s.resume) {
+		if s.loop.GoOnReadable(s.sock, s.wake) {
 			s.mustRead = false
 			s.resting = true
 			s.co = nil
@@ -166,6 +166,15 @@ func (s *session) resume(co *evloop.Co) {
 			return
 		}
 	}
+}
+
+// wake resumes a resting session whose client's socket became readable:
+// it reads at once, into a borrowed buffer, rather than asking whether it
+// may rest again (a peek) and reading one byte without a buffer first.
+func (s *session) wake(co *evloop.Co) {
+	s.mustRead = true
+	s.r.Borrow()
+	s.resume(co)
 }
 
 // interrupt ends the session with pe (a FATAL), on the loop goroutine: a
@@ -381,7 +390,7 @@ func (s *session) attach() error {
 	if draining {
 		return errShutdown()
 	}
-	sc := s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database)
+	sc := s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness())
 	if sc == nil {
 		var err error
 		ctx := s.waitContext()
@@ -805,6 +814,16 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 		s.needProbe = true
 	}
 	return true, nil
+}
+
+// liveness is how the pool checks an idle connection for this session:
+// from a coroutine, by what its loop's epoll reported (pool.Liveness);
+// otherwise nil (the pool peeks).
+func (s *session) liveness() pool.Liveness {
+	if s.co == nil {
+		return nil
+	}
+	return s.co
 }
 
 // offload runs fn, which may wait on something other than this session's

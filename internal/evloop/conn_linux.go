@@ -3,6 +3,7 @@
 package evloop
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
@@ -297,6 +298,32 @@ func (c *Conn) peekReadable(co *Co) bool {
 		return false
 	}
 	return c.peekNow(s)
+}
+
+// Quiet reports whether nothing has arrived on nc since it was last read
+// to its end, for a connection adopted by co's loop (nc is a *Conn, or a
+// *tls.Conn over one: what is checked is the socket below). An idle
+// PostgreSQL server sends nothing, so anything there is a FATAL or the
+// end. With no readiness recorded it costs no system call; otherwise a
+// non-blocking peek decides (and clears a readiness that was wrong). known
+// is false when nc is not such a connection: the caller checks another
+// way. Call it on co's loop (from co).
+func (co *Co) Quiet(nc net.Conn) (quiet, known bool) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	c, ok := nc.(*Conn)
+	if !ok || c.fd < 0 || c.home != co.loop || c.closed.Load() {
+		return false, false
+	}
+	s := co.loop.slot(c.fd)
+	switch {
+	case s.ready&hup != 0:
+		return false, true
+	case s.ready&readable == 0:
+		return true, true
+	}
+	return !c.peekNow(s), true
 }
 
 // peekNow checks readability with a non-blocking peek and records the

@@ -32,13 +32,14 @@ func (l *Loop) StopOnReadable(c *Conn) bool             { return false }
 // Co is a coroutine of a loop; none exists on this system.
 type Co struct{}
 
-// Loop, Park, Unpark, Offload, Interrupt and WaitReadable: see the Linux
+// Loop, Park, Unpark, Offload, Interrupt, Quiet and WaitReadable: see the Linux
 // implementation.
 func (co *Co) Loop() *Loop                   { return nil }
 func (co *Co) Park(deadline time.Time) error { return errUnsupported }
 func (co *Co) Unpark()                       {}
 func (co *Co) Offload(fn func())             { fn() }
 func (co *Co) Interrupt(err error)           {}
+func (co *Co) Quiet(net.Conn) (bool, bool)   { return false, false }
 func (co *Co) WaitReadable(a, b *Conn, deadline time.Time) (*Conn, error) {
 	return a, nil
 }

@@ -358,3 +358,78 @@ func TestEndAfterDataIsRead(t *testing.T) {
 		t.Fatalf("second read: %v, want EOF", err)
 	}
 }
+
+// TestQuiet: a connection read to its end is quiet (known from epoll, no
+// peek); bytes or the peer's close that arrive after make it not quiet; a
+// connection the loop has not adopted is not known.
+func TestQuiet(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	other, _ := pair(t)
+	steps := make(chan string, 8)
+	next := make(chan struct{})
+	done := run(l, func(co *Co) {
+		defer close(steps)
+		if q, known := co.Quiet(other); known {
+			steps <- fmt.Sprintf("not adopted: known (quiet %v)", q)
+			return
+		}
+		if err := c.Bind(co); err != nil {
+			steps <- err.Error()
+			return
+		}
+		b := make([]byte, 64)
+		expect := func(what string, wantQuiet bool) bool {
+			if q, known := co.Quiet(c); !known || q != wantQuiet {
+				steps <- fmt.Sprintf("%s: quiet %v known %v, want quiet %v", what, q, known, wantQuiet)
+				return false
+			}
+			steps <- "ok"
+			return true
+		}
+		if n, err := c.Read(b); err != nil || string(b[:n]) != "x" {
+			steps <- fmt.Sprintf("read %q %v", b[:n], err)
+			return
+		}
+		if !expect("after reading to the end", true) {
+			return
+		}
+		<-next // the peer writes
+		if _, err := co.WaitReadable(c, c, time.Now().Add(5*time.Second)); err != nil {
+			steps <- err.Error()
+			return
+		}
+		if !expect("bytes arrived", false) {
+			return
+		}
+		if n, err := c.Read(b); err != nil || string(b[:n]) != "y" {
+			steps <- fmt.Sprintf("read %q %v", b[:n], err)
+			return
+		}
+		<-next // the peer closes
+		if _, err := co.WaitReadable(c, c, time.Now().Add(5*time.Second)); err != nil {
+			steps <- err.Error()
+			return
+		}
+		expect("peer closed", false)
+	})
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-steps; s != "ok" {
+		t.Fatal(s)
+	}
+	if _, err := peer.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	next <- struct{}{}
+	if s := <-steps; s != "ok" {
+		t.Fatal(s)
+	}
+	peer.Close()
+	next <- struct{}{}
+	if s := <-steps; s != "ok" {
+		t.Fatal(s)
+	}
+	<-done
+}
