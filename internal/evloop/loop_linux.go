@@ -53,6 +53,7 @@ type Loop struct {
 
 	mu      sync.Mutex
 	posted  []func()
+	parked  bool // the loop waits (or is about to wait) in epoll_wait
 	woken   bool // an eventfd wake-up is pending
 	stopped bool
 
@@ -94,12 +95,18 @@ func New() (*Loop, error) {
 	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256)}, nil
 }
 
-// Post runs fn on the loop goroutine, soon. Any goroutine may call it.
+// Post runs fn on the loop goroutine, soon. Any goroutine may call it. It
+// wakes the loop (an eventfd write) only when the loop waits in epoll: a
+// loop that is running looks at what was posted before it waits, so a post
+// from the loop itself (a coroutine unparking another) costs no system
+// call.
 func (l *Loop) Post(fn func()) {
 	l.mu.Lock()
 	l.posted = append(l.posted, fn)
-	wake := !l.woken
-	l.woken = true
+	wake := l.parked && !l.woken
+	if wake {
+		l.woken = true
+	}
 	l.mu.Unlock()
 	if wake {
 		one := [8]byte{1}
@@ -140,11 +147,15 @@ func (l *Loop) Run() {
 			l.flush()
 			l.mu.Lock()
 			pending := len(l.posted) > 0
+			l.parked = !pending
 			l.mu.Unlock()
 			if pending {
 				continue
 			}
 			n = l.park()
+			l.mu.Lock()
+			l.parked = false
+			l.mu.Unlock()
 		}
 		l.dispatch(n)
 		if n == 0 && len(l.spare) > 0 && time.Since(l.lastGo) >= spareIdle {
