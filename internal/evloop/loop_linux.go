@@ -55,6 +55,7 @@ type Loop struct {
 	posted  []func()
 	parked  bool // the loop waits (or is about to wait) in epoll_wait
 	woken   bool // an eventfd wake-up is pending
+	wakes   int  // eventfd wake-ups written (for tests)
 	stopped bool
 
 	events []unix.EpollEvent
@@ -106,6 +107,7 @@ func (l *Loop) Post(fn func()) {
 	wake := l.parked && !l.woken
 	if wake {
 		l.woken = true
+		l.wakes++
 	}
 	l.mu.Unlock()
 	if wake {

@@ -433,3 +433,46 @@ func TestQuiet(t *testing.T) {
 	}
 	<-done
 }
+
+// TestPostWakesOnlyParkedLoop: a post to a loop waiting in epoll_wait
+// writes the eventfd once; a post from the loop itself (a coroutine
+// unparking another) writes nothing, and both run.
+func TestPostWakesOnlyParkedLoop(t *testing.T) {
+	l := startLoop(t)
+	state := func() (parked bool, wakes int) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.parked, l.wakes
+	}
+	waitParked := func() int {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if parked, wakes := state(); parked {
+				return wakes
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the loop never waited in epoll_wait")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	before := waitParked()
+	ran := make(chan int, 2)
+	l.Post(func() {
+		ran <- 1
+		l.Post(func() { ran <- 2 }) // from the loop: no wake-up needed
+	})
+	for want := 1; want <= 2; want++ {
+		select {
+		case got := <-ran:
+			if got != want {
+				t.Fatalf("ran %d, want %d", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("posted function %d did not run", want)
+		}
+	}
+	if _, wakes := state(); wakes != before+1 {
+		t.Fatalf("%d eventfd wake-ups for a post to a parked loop and one from the loop itself, want 1", wakes-before)
+	}
+}
