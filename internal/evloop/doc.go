@@ -29,7 +29,10 @@
 //
 //   - A loop's state (its descriptor table, timers, the coroutines) is
 //     touched only by the loop goroutine and the coroutine it is running.
-//     Other goroutines reach a loop only through Post.
+//     Other goroutines reach a loop only through Post, which writes the
+//     loop's eventfd only while the loop waits in epoll_wait (a running
+//     loop looks at what was posted before it waits): a coroutine that
+//     unparks another on its own loop costs no system call.
 //   - An adopted Conn bound to a coroutine (Bind) is used only by that
 //     coroutine: its Read and Write yield when the socket is not ready. An
 //     adopted Conn bound to no coroutine (an idle pooled server connection)
@@ -44,7 +47,10 @@
 //     syscall on it returns EAGAIN or a short count; epoll reports the next
 //     edge. Once the peer has closed (EPOLLRDHUP/HUP) a short read is not
 //     "drained": the end is still to be read and no edge will announce it.
-//     A spurious wake-up only costs one syscall that returns EAGAIN.
+//     A spurious wake-up only costs one syscall that returns EAGAIN. The
+//     same record answers Co.Quiet with no system call: a socket read to
+//     its end on which epoll reported nothing since has received nothing
+//     (how the pool checks an idle server connection before reuse).
 //   - GOMAXPROCS is raised to one more than the loops running in the
 //     process (each loop's thread keeps its P while it waits).
 package evloop
