@@ -9,6 +9,12 @@
 // application or database needs the room. It does not speak the relay
 // protocol: the proxy reads and writes Conn.Net / Conn.Reader itself.
 //
+// An idle connection handed out after more than a millisecond idle is
+// checked first: nothing may have arrived on it (an idle server sends
+// nothing; a FATAL or the end means it is gone). A caller on an event loop
+// passes a Liveness that answers from what epoll reported, with no system
+// call; otherwise the pool peeks at the socket (MSG_PEEK|MSG_DONTWAIT).
+//
 // # Ownership
 //
 // A *Conn handed out by Acquire belongs to exactly one holder until that
