@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -111,6 +112,11 @@ type session struct {
 	vportals map[string]*virtPortal
 
 	connected time.Time // when it logged in (SHOW CLIENTS)
+
+	// drainAfterTx: the listeners were handed to a successor before this
+	// client ran a transaction; it is closed at the idle point after its
+	// first one (handoff.go).
+	drainAfterTx atomic.Bool
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -953,11 +959,17 @@ func (s *session) onFlush(n int) error {
 }
 
 // drain is called at shutdown (from another goroutine): an idle client is
-// told and closed now, a client inside a transaction at its end.
+// told and closed now, a client inside a transaction at its end. After a
+// Handoff, a client that has not run a transaction yet runs one first.
 func (s *session) drain() {
 	s.link.mu.Lock()
-	s.link.draining = true
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
+	if idle && !s.link.used && s.srv.handedOff.Load() {
+		s.drainAfterTx.Store(true)
+		s.link.mu.Unlock()
+		return
+	}
+	s.link.draining = true
 	s.link.mu.Unlock()
 	if idle {
 		s.kill(errShutdown())

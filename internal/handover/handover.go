@@ -327,7 +327,10 @@ func decodeAnswer(b []byte, flags int, rerr, perr error) (answer, error) {
 	var ans answer
 	switch {
 	case rerr != nil || len(b) == 0:
-		return ans, fmt.Errorf("handover: the running lockpool ended the exchange without an answer (did it exit?): %v", rerr)
+		if rerr == nil {
+			rerr = errors.New("closed by the peer")
+		}
+		return ans, fmt.Errorf("handover: the running lockpool ended the exchange without an answer (did it exit?): %w", rerr)
 	case perr != nil || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
 		return ans, fmt.Errorf("handover: malformed answer (flags %#x): %v", flags, perr)
 	}
