@@ -288,6 +288,66 @@ func TestRollingRestartRefusesNoOne(t *testing.T) {
 	}
 }
 
+// A new process that finds no running lockpool to take over from binds
+// its listeners as without a handover, and serves the handover socket for
+// the next restart: after the running one was killed (a stale socket file
+// is left), and when the running one refuses because the new process's
+// configuration asks for another listen address (the running one keeps the
+// handover socket then).
+func TestHandoverFallsBackToBinding(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Require(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// start starts the second process beside (or after) first.
+		start func(t *testing.T, first *testenv.LockpoolProcess, config func(int) string) *testenv.LockpoolProcess
+		says  string // in the second process's log
+		// next is the process a third one, with first's configuration,
+		// takes the listeners from: 1 first, 2 the second.
+		next int
+	}{
+		{"the running process was killed", func(t *testing.T, first *testenv.LockpoolProcess, _ func(int) string) *testenv.LockpoolProcess {
+			first.Kill()
+			return testenv.StartLockpoolBeside(t, first)
+		}, "no running lockpool answers on the handover socket; binding the listeners", 2},
+		{"listen differs", func(t *testing.T, _ *testenv.LockpoolProcess, config func(int) string) *testenv.LockpoolProcess {
+			return testenv.StartLockpoolProcess(t, config) // another free port
+		}, `handover refused by the running lockpool; binding the listeners as without a handover, and leaving it the handover socket"`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "handover.sock")
+			config := func(port int) string {
+				return testenv.AppsYAML(c, 4, fmt.Sprintf("listen: 127.0.0.1:%d\nhandover_socket: %s\nauth_method: trust", port, sock),
+					testenv.App{Name: "fallback", User: "app", DB: "appdb", Max: 2, Pinned: 1, Advisory: "pin", State: "pin", Wait: "5s"})
+			}
+			first := testenv.StartLockpoolProcess(t, config)
+			second := tc.start(t, first, config)
+			if !strings.Contains(second.Log.String(), tc.says) {
+				t.Fatalf("the second process's log does not say %q:\n%s", tc.says, second.Log.String())
+			}
+			conn, err := pgx.Connect(ctx, second.DSN("app", "appdb"))
+			if err != nil {
+				t.Fatalf("connecting to the second process: %v", err)
+			}
+			var one int
+			err = conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+			by, perr := testenv.ServedBy(second.PID(), conn.PgConn().Conn())
+			_ = conn.Close(ctx)
+			if err != nil || perr != nil || !by || one != 1 {
+				t.Fatalf("a query through the second process's port: %d, %v; served by it: %v %v", one, err, by, perr)
+			}
+			owners := map[int]*testenv.LockpoolProcess{1: first, 2: second}
+			third := testenv.StartLockpoolBeside(t, first)
+			want := fmt.Sprintf(`took the listening sockets from the running lockpool" from_pid=%d`, owners[tc.next].PID())
+			if !strings.Contains(third.Log.String(), want) {
+				t.Fatalf("a third process with the first one's configuration did not take the listeners from process %d (pid %d):\n%s",
+					tc.next, owners[tc.next].PID(), third.Log.String())
+			}
+		})
+	}
+}
+
 // firstAccepted is how long after started a TCP connection to the shared
 // port was first accepted by the process next rather than old (which of
 // them holds its other end), probing for up to 10 s.
