@@ -134,6 +134,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	confirmTakeover(context.Background(), lns, log)
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("could not tell systemd that lockpool is ready", "err", err)
+	}
 
 	for {
 		select {
@@ -168,6 +171,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			log.Info("shutting down", "signal", sig.String(), "timeout", srv.Config().ShutdownTimeout, "successor_pid", successor)
+			_ = sdNotify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), srv.Config().ShutdownTimeout)
 			if successor != 0 && admin != nil {
 				go func() { _ = admin.Shutdown(ctx) }() // stop accepting admin requests now too
