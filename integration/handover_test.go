@@ -288,6 +288,94 @@ func TestRollingRestartRefusesNoOne(t *testing.T) {
 	}
 }
 
+// Handoff, the SIGTERM of a process whose listeners a successor holds:
+// an idle client that ran a statement gets 57P01 at once; a client inside a
+// transaction finishes it and gets 57P01 after it; a client that logged in
+// but ran nothing yet runs its first statement (extended protocol: the
+// prepare round trip does not count) or the transaction it opens, then
+// gets 57P01. Handoff returns once they are all gone.
+func TestHandoffClosesClientsAtBoundaries(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", appYAML{name: "handoff", user: "app", db: "appdb", max: 4, pinned: 1, advisory: "pin", state: "pin", wait: "5s"})
+	ctx := context.Background()
+	tbl := uniqueName(t, "t")
+	super := superConn(t, "appdb")
+	if _, err := super.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int); GRANT ALL ON %[1]s TO PUBLIC", tbl)); err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + tbl + " VALUES ($1)"
+	used, freshExt, freshSimple, inTx := l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")
+	if _, err := used.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := inTx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insert, 1); err != nil {
+		t.Fatal(err)
+	}
+	clients := func() float64 { return l.metric("lockpool_client_connections", map[string]string{"app": "handoff"}) }
+	if n := clients(); n != 4 {
+		t.Fatalf("lockpool_client_connections = %v before the handoff, want 4", n)
+	}
+
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	handedOff := make(chan error, 1)
+	go func() { handedOff <- l.srv.Handoff(hctx) }()
+	eventually(t, 10*time.Second, "the idle client that ran a statement to be closed", func() bool { return clients() == 3 })
+	pgErr(t, func() error { _, err := used.Exec(ctx, "SELECT 1"); return err }(), "57P01")
+
+	for _, step := range []struct {
+		name string
+		run  func() error
+	}{
+		{"the fresh client's first statement (extended protocol)", func() error { _, err := freshExt.Exec(ctx, insert, 2); return err }},
+		{"the other fresh client's BEGIN", func() error {
+			_, err := freshSimple.Exec(ctx, "BEGIN", pgx.QueryExecModeSimpleProtocol)
+			return err
+		}},
+		{"its INSERT", func() error { _, err := freshSimple.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, 3); return err }},
+		{"its COMMIT", func() error { _, err := freshSimple.Exec(ctx, "COMMIT", pgx.QueryExecModeSimpleProtocol); return err }},
+		{"the running transaction's next statement", func() error { _, err := tx.Exec(ctx, insert, 4); return err }},
+		{"its COMMIT", func() error { return tx.Commit(ctx) }},
+	} {
+		if err := step.run(); err != nil {
+			t.Fatalf("%s during the handoff: %v", step.name, err)
+		}
+	}
+	for name, c := range map[string]*pgx.Conn{"fresh (extended)": freshExt, "fresh (simple)": freshSimple, "in a transaction": inTx} {
+		_, err := c.Exec(ctx, "SELECT 1")
+		if sqlState(err) != "57P01" {
+			t.Errorf("client %s: the statement after its transaction: %v, want 57P01", name, err)
+		}
+	}
+	select {
+	case err := <-handedOff:
+		if err != nil {
+			t.Fatalf("Handoff: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("Handoff still running 15 s after its last client was closed")
+	}
+	var ids []int
+	rows, err := super.Query(ctx, "SELECT id FROM "+tbl+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Err() != nil || fmt.Sprint(ids) != "[1 2 3 4]" {
+		t.Fatalf("rows after the handoff: %v %v, want [1 2 3 4]", ids, rows.Err())
+	}
+}
+
 // A new process that finds no running lockpool to take over from binds
 // its listeners as without a handover, and serves the handover socket for
 // the next restart: after the running one was killed (a stale socket file

@@ -9,11 +9,12 @@ import "context"
 // shared accept backlog, and waits until Serve returned (it returns nil).
 // Then it shuts down as Shutdown does: running transactions finish, and
 // idle clients get 57P01 at once, except the clients this process
-// accepted before it stopped accepting that have not run a transaction
-// yet (still logging in, or logged in and idle): each runs its first
-// transaction and gets 57P01 at the idle point after it, so no client sees
-// a restart before it was served once. Clients that stay idle without
-// running one get 57P01 when ctx ends, like any client left then.
+// accepted before it stopped accepting that have not run a statement yet
+// (still logging in, or logged in and idle, or only prepared statements):
+// each runs its first statement (Query, or Execute up to its Sync) and
+// gets 57P01 at the idle point after it, so no client sees a restart
+// before it was served once. Clients that stay idle without running one
+// get 57P01 when ctx ends, like any client left then.
 func (s *Server) Handoff(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {

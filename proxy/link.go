@@ -62,7 +62,6 @@ type serverLink struct {
 	pinnedSince time.Time
 
 	draining bool               // shutdown: end the session at its next idle point
-	used     bool               // a server connection was attached at least once (drain, after a Handoff)
 	waiting  bool               // the session waits in lockpool (connection, pin slot, lease)
 	waitCtx  context.Context    // the context of such waits, reused until a cancel request ends it
 	waitStop context.CancelFunc // ends waitCtx
@@ -99,7 +98,6 @@ func (l *serverLink) attach(sc *pool.Conn, st *serverState) error {
 	if err := l.toLocked(linkAttached); err != nil {
 		return err
 	}
-	l.used = true
 	l.sc, l.st = sc, st
 	return nil
 }

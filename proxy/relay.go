@@ -380,7 +380,7 @@ func (s *session) safePoint() error {
 		s.insertLeaseWarnings()
 	}
 	s.link.mu.Lock()
-	draining := s.link.draining || s.drainAfterTx.Load()
+	draining := s.link.draining || s.drainAfterTx.Load() && s.executed.Load()
 	s.link.mu.Unlock()
 	if s.txStatus == 'I' && draining {
 		if s.pinned || s.slot != nil {

@@ -114,9 +114,11 @@ type session struct {
 	connected time.Time // when it logged in (SHOW CLIENTS)
 
 	// drainAfterTx: the listeners were handed to a successor before this
-	// client ran a transaction; it is closed at the idle point after its
-	// first one (handoff.go).
+	// client ran a statement; it is closed at the idle point after its
+	// first one (handoff.go). executed: it sent a Query, Execute or
+	// FunctionCall.
 	drainAfterTx atomic.Bool
+	executed     atomic.Bool
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -281,6 +283,7 @@ func (s *session) dispatch(typ byte, n int) error {
 	case 'X':
 		return errSessionEnd
 	case 'Q':
+		s.markExecuted()
 		return s.onQuery(n)
 	case 'P':
 		return s.onParse(n)
@@ -295,8 +298,10 @@ func (s *session) dispatch(typ byte, n int) error {
 	case 'H':
 		return s.onFlush(n)
 	case 'E':
+		s.markExecuted()
 		return s.onExecute(n)
 	case 'F':
+		s.markExecuted()
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			_ = s.discard(n)
 			return s.attachFailed(err, true, false)
@@ -319,6 +324,14 @@ func (s *session) dispatch(typ byte, n int) error {
 		return s.forwardBody(typ, n)
 	}
 	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
+}
+
+// markExecuted records that the client ran a statement (a load, no store,
+// after the first).
+func (s *session) markExecuted() {
+	if !s.executed.Load() {
+		s.executed.Store(true)
+	}
 }
 
 // end finishes a session that must stop: a FATAL error is the last thing
@@ -960,11 +973,11 @@ func (s *session) onFlush(n int) error {
 
 // drain is called at shutdown (from another goroutine): an idle client is
 // told and closed now, a client inside a transaction at its end. After a
-// Handoff, a client that has not run a transaction yet runs one first.
+// Handoff, a client that has not run a statement yet runs one first.
 func (s *session) drain() {
 	s.link.mu.Lock()
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
-	if idle && !s.link.used && s.srv.handedOff.Load() {
+	if idle && !s.executed.Load() && s.srv.handedOff.Load() {
 		s.drainAfterTx.Store(true)
 		s.link.mu.Unlock()
 		return
