@@ -135,11 +135,13 @@ func TestRollingRestartRefusesNoOne(t *testing.T) {
 	if err := os.WriteFile(script, []byte(fmt.Sprintf("BEGIN;\nINSERT INTO %s (client, seq) VALUES (:client_id, 0);\nEND;\n", benchTable)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const benchSeconds = 20
+	// Long enough for two restarts on a loaded machine; rate-limited so the
+	// connection churn does not starve everything else.
+	const benchSeconds, benchRate = 30, 300
 	bctx, bcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer bcancel()
 	bench := exec.CommandContext(bctx, "/usr/bin/pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p0.Port), "-U", "app",
-		"-C", "-c", "4", "-j", "2", "-T", strconv.Itoa(benchSeconds), "-n", "-f", script, "appdb")
+		"-C", "-c", "4", "-j", "2", "-T", strconv.Itoa(benchSeconds), "-R", strconv.Itoa(benchRate), "-n", "-f", script, "appdb")
 	bench.Env = append(os.Environ(), "PGPASSWORD="+appPassword, "PGSSLMODE=disable")
 	var benchOut strings.Builder
 	bench.Stdout, bench.Stderr = &benchOut, &benchOut

@@ -1,7 +1,7 @@
 package testenv
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -71,23 +71,31 @@ func ServedBy(pid int, conn net.Conn) (bool, error) {
 }
 
 // tcpInode is the inode of the IPv4 socket with local port lport and
-// remote port rport, from /proc/net/tcp.
+// remote port rport, from /proc/net/tcp (searched as bytes: the file has a
+// line per socket, thousands under connection churn).
 func tcpInode(lport, rport int) (string, error) {
-	f, err := os.Open("/proc/net/tcp")
+	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	suffix := func(port int) string { return fmt.Sprintf(":%04X", port) }
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 9 && strings.HasSuffix(fields[1], suffix(lport)) && strings.HasSuffix(fields[2], suffix(rport)) {
-			return fields[9], nil
+	// "  sl  local_address rem_address ...": ":LPORT XXXXXXXX:RPORT ".
+	local, remote := []byte(fmt.Sprintf(":%04X ", lport)), []byte(fmt.Sprintf(":%04X ", rport))
+	for rest := b; ; {
+		i := bytes.Index(rest, local)
+		if i < 0 {
+			break
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
+		after := rest[i+len(local):]
+		rest = after
+		if j := bytes.IndexByte(after, ' '); j >= len(remote)-1 && bytes.HasPrefix(after[j-len(remote)+1:], remote) {
+			end := bytes.IndexByte(after, '\n')
+			if end < 0 {
+				end = len(after)
+			}
+			if fields := strings.Fields(string(after[:end])); len(fields) > 7 {
+				return fields[7], nil // rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			}
+		}
 	}
 	return "", fmt.Errorf("no socket from port %d to port %d in /proc/net/tcp", lport, rport)
 }
