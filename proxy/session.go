@@ -977,7 +977,8 @@ func (s *session) onFlush(n int) error {
 func (s *session) drain() {
 	s.link.mu.Lock()
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
-	if idle && !s.executed.Load() && s.srv.handedOff.Load() {
+	if !s.executed.Load() && s.srv.handedOff.Load() {
+		// Idle, or in a prepare round trip (Parse, Describe, Sync).
 		s.drainAfterTx.Store(true)
 		s.link.mu.Unlock()
 		return
