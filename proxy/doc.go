@@ -50,7 +50,7 @@
 // process whose listening sockets a successor now holds (cmd/lockpool,
 // internal/handover): it stops accepting first and waits for the accept
 // loop, so no accepted connection is dropped, and a client it accepted
-// that has not run a statement yet runs one before its 57P01.
+// that was not served a statement yet runs one before its 57P01.
 //
 // # States of the server link
 //

@@ -9,9 +9,10 @@ import "context"
 // shared accept backlog, and waits until Serve returned (it returns nil).
 // Then it shuts down as Shutdown does: running transactions finish, and
 // idle clients get 57P01 at once, except the clients this process
-// accepted before it stopped accepting that have not run a statement yet
-// (still logging in, or logged in and idle, or only prepared statements):
-// each runs its first statement (Query, or Execute up to its Sync) and
+// accepted before it stopped accepting that were not served a statement
+// yet (still logging in, logged in and idle, only prepared statements, or
+// their first statement on its way): each runs its first statement
+// (Query, or Execute up to its Sync; with the transaction it opens) and
 // gets 57P01 at the idle point after it, so no client sees a restart
 // before it was served once. Clients that stay idle without running one
 // get 57P01 when ctx ends, like any client left then.

@@ -114,11 +114,12 @@ type session struct {
 	connected time.Time // when it logged in (SHOW CLIENTS)
 
 	// drainAfterTx: the listeners were handed to a successor before this
-	// client ran a statement; it is closed at the idle point after its
-	// first one (handoff.go). executed: it sent a Query, Execute or
-	// FunctionCall.
+	// client was served a statement; it is closed at the idle point after
+	// its first one (handoff.go). executed: it sent a Query, Execute or
+	// FunctionCall. served: one of them ended at an idle point.
 	drainAfterTx atomic.Bool
 	executed     atomic.Bool
+	served       atomic.Bool
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -973,12 +974,12 @@ func (s *session) onFlush(n int) error {
 
 // drain is called at shutdown (from another goroutine): an idle client is
 // told and closed now, a client inside a transaction at its end. After a
-// Handoff, a client that has not run a statement yet runs one first.
+// Handoff, a client that was not served a statement yet runs one first.
 func (s *session) drain() {
 	s.link.mu.Lock()
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
-	if !s.executed.Load() && s.srv.handedOff.Load() {
-		// Idle, or in a prepare round trip (Parse, Describe, Sync).
+	if !s.served.Load() && s.srv.handedOff.Load() {
+		// Idle, in a prepare round trip, or its first statement is on its way.
 		s.drainAfterTx.Store(true)
 		s.link.mu.Unlock()
 		return
