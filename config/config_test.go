@@ -546,6 +546,7 @@ func TestSettings(t *testing.T) {
 		{"server.port", "5433", true},
 		{"server.max_lifetime", "2h0m0s", true},
 		{"leases.schema", "lp_leases", false},
+		{"handover_socket", "", false},
 	} {
 		s, ok := got[tc.key]
 		if !ok || s.Value != tc.value || s.Reload != tc.reload {

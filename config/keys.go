@@ -90,6 +90,9 @@ var keys = []key{
 	{path: "shutdown_timeout", kind: kindDuration, def: "30s", check: nonNegative,
 		meaning: "on SIGTERM, how long running transactions may finish before clients get 57P01",
 		at:      func(c any) any { return &c.(*Config).ShutdownTimeout }},
+	{path: "handover_socket", kind: kindString, def: "", check: socketPath,
+		meaning: "a Unix socket path (mode 0600) on which a running lockpool hands its listening sockets to a new lockpool started with the same `listen` and `admin_listen`, for restarts that refuse no connection (see Restarts without refusing anyone); `\"\"` turns it off; read at start only",
+		at:      func(c any) any { return &c.(*Config).HandoverSocket }},
 	{path: "client_login_timeout", kind: kindDuration, def: "15s", check: positive,
 		meaning: "startup and authentication must finish within this",
 		at:      func(c any) any { return &c.(*Config).ClientLoginTimeout }},
@@ -459,6 +462,18 @@ func hostPort(mayBeEmpty bool) check {
 		}
 		return ""
 	}
+}
+
+// maxSocketPath is the longest handover_socket: a Unix socket path has
+// at most 107 bytes, and the socket is first bound beside it under the
+// path + "." + pid.
+const maxSocketPath = 96
+
+func socketPath(name string, v any, quoted string) string {
+	if p := v.(string); len(p) > maxSocketPath {
+		return fmt.Sprintf("%s: %s is %d bytes long; a Unix socket path may have at most %d here", name, quoted, len(p), maxSocketPath)
+	}
+	return ""
 }
 
 func sqlIdentifier(name string, v any, quoted string) string {

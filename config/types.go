@@ -16,6 +16,7 @@ type Config struct {
 	InstanceID             string        // instance_id: default hostname + "-" + pid
 	LeakCheckInterval      time.Duration // leak_check_interval (0 disables the sweep)
 	ShutdownTimeout        time.Duration // shutdown_timeout: how long SIGTERM waits for running transactions
+	HandoverSocket         string        // handover_socket: Unix socket path for listener handover ("" = off)
 	ClientLoginTimeout     time.Duration // client_login_timeout: startup + auth must finish within this
 	IdleTransactionTimeout time.Duration // idle_transaction_timeout: client idle inside a transaction (0 = off)
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01

@@ -305,6 +305,41 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
+// TestSystemdSlotUnit checks the two-slot unit for restarts that refuse no
+// one: the same command as lockpool.service, Type=notify (systemctl start
+// returns once the new slot accepts), a runtime directory for the handover
+// socket that survives the other slot's stop, and the drain's margin.
+func TestSystemdSlotUnit(t *testing.T) {
+	data, err := os.ReadFile("systemd/lockpool@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(data)
+	for _, want := range []string{
+		"Type=notify",
+		"ExecStart=/usr/local/bin/lockpool -config /etc/lockpool/config.yaml",
+		"ExecReload=/bin/kill -HUP $MAINPID",
+		"KillSignal=SIGTERM",
+		"User=lockpool",
+		"RuntimeDirectory=lockpool",
+		"RuntimeDirectoryMode=0700",
+		"RuntimeDirectoryPreserve=yes",
+		"#   handover_socket: /run/lockpool/handover.sock",
+		"#   systemctl enable --now lockpool@b && systemctl disable --now lockpool@a",
+	} {
+		if !strings.Contains(unit, "\n"+want+"\n") {
+			t.Errorf("lockpool@.service has no line %q", want)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)$`).FindStringSubmatch(unit)
+	if m == nil {
+		t.Fatal("no TimeoutStopSec")
+	}
+	if n, _ := strconv.Atoi(m[1]); time.Duration(n)*time.Second <= 30*time.Second {
+		t.Errorf("TimeoutStopSec=%s does not leave the default shutdown_timeout (30s) time to drain", m[1])
+	}
+}
+
 // dashboard is the part of a Grafana dashboard the test reads.
 type dashboard struct {
 	Title  string  `json:"title"`

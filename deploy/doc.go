@@ -4,7 +4,8 @@
 // Dockerfile); kubernetes/ is a Deployment, Service, ConfigMap,
 // PodDisruptionBudget and an example Secret, decoded strictly with the
 // k8s.io/api types by the tests; systemd/lockpool.service runs lockpool
-// under systemd with reload; prometheus/alerts.yml (with alerts_test.yml,
+// under systemd with reload, and systemd/lockpool@.service in two slots
+// for restarts that refuse no one (handover_socket, Type=notify); prometheus/alerts.yml (with alerts_test.yml,
 // run by promtool in .ci/run) and grafana/lockpool.json cover the
 // metrics README.md documents.
 package deploy

@@ -45,6 +45,13 @@
 // counters the sessions add to) through their own locks. KILL_CLIENT
 // ends a session as shutdown does (session.kill).
 //
+// Shutdown stops accepting, lets running transactions finish and closes
+// idle clients with 57P01. Handoff (handoff.go) is the shutdown of a
+// process whose listening sockets a successor now holds (cmd/lockpool,
+// internal/handover): it stops accepting first and waits for the accept
+// loop, so no accepted connection is dropped, and a client it accepted
+// that was not served a statement yet runs one before its 57P01.
+//
 // # States of the server link
 //
 //	           attach (pool.Acquire + parameter sync)

@@ -380,8 +380,11 @@ func (s *session) safePoint() error {
 	if s.txStatus == 'I' && s.lease != nil {
 		s.insertLeaseWarnings()
 	}
+	if s.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
+		s.served.Store(true) // a Handoff closes this client at its next idle point (session.drain)
+	}
 	s.link.mu.Lock()
-	draining := s.link.draining
+	draining := s.link.draining || s.drainAfterTx.Load() && s.executed.Load()
 	s.link.mu.Unlock()
 	if s.txStatus == 'I' && draining {
 		if s.pinned || s.slot != nil {

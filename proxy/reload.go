@@ -28,6 +28,7 @@ func restartKeys(old, cur *config.Config) []string {
 	add(old.LogFormat != cur.LogFormat, "log_format")
 	add(old.InstanceID != cur.InstanceID, "instance_id")
 	add(old.EventLoops != cur.EventLoops, "event_loops")
+	add(old.HandoverSocket != cur.HandoverSocket, "handover_socket")
 	add(old.Server.DialConcurrency != cur.Server.DialConcurrency, "server.dial_concurrency")
 	add(old.Leases.Schema != cur.Leases.Schema, "leases.schema")
 	add(old.Leases.MaxConnections != cur.Leases.MaxConnections, "leases.max_connections")

@@ -97,6 +97,8 @@ type Server struct {
 	nextPID     uint32
 	draining    bool
 	wg          sync.WaitGroup // client connections
+	acceptors   sync.WaitGroup // running Serve loops (Handoff waits for them)
+	handedOff   atomic.Bool    // Handoff: the listeners live on in a successor (handoff.go)
 	done        chan struct{}  // closed when Shutdown finished
 
 	baseCtx context.Context
@@ -307,6 +309,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("proxy: shut down")
 	}
 	s.ln = ln
+	s.acceptors.Add(1)
+	defer s.acceptors.Done()
 	if s.loops == nil {
 		if err := s.startLoops(); err != nil {
 			s.mu.Unlock()
@@ -320,7 +324,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		c, err := ln.Accept()
 		if err != nil {
 			s.mu.Lock()
-			draining := s.draining
+			draining := s.draining || s.handedOff.Load()
 			s.mu.Unlock()
 			if draining {
 				return nil
@@ -398,7 +402,10 @@ func (s *Server) register(ss *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
-		return false
+		if !s.handedOff.Load() {
+			return false
+		}
+		ss.drainAfterTx.Store(true) // accepted before Handoff closed the listener (handoff.go)
 	}
 	for {
 		s.nextPID++

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -111,6 +112,14 @@ type session struct {
 	vportals map[string]*virtPortal
 
 	connected time.Time // when it logged in (SHOW CLIENTS)
+
+	// drainAfterTx: the listeners were handed to a successor before this
+	// client was served a statement; it is closed at the idle point after
+	// its first one (handoff.go). executed: it sent a Query, Execute or
+	// FunctionCall. served: one of them ended at an idle point.
+	drainAfterTx atomic.Bool
+	executed     atomic.Bool
+	served       atomic.Bool
 }
 
 func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
@@ -284,6 +293,7 @@ func (s *session) dispatch(typ byte, n int) error {
 	case 'X':
 		return errSessionEnd
 	case 'Q':
+		s.markExecuted()
 		return s.onQuery(n)
 	case 'P':
 		return s.onParse(n)
@@ -298,8 +308,10 @@ func (s *session) dispatch(typ byte, n int) error {
 	case 'H':
 		return s.onFlush(n)
 	case 'E':
+		s.markExecuted()
 		return s.onExecute(n)
 	case 'F':
+		s.markExecuted()
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			_ = s.discard(n)
 			return s.attachFailed(err, true, false)
@@ -322,6 +334,14 @@ func (s *session) dispatch(typ byte, n int) error {
 		return s.forwardBody(typ, n)
 	}
 	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
+}
+
+// markExecuted records that the client ran a statement (a load, no store,
+// after the first).
+func (s *session) markExecuted() {
+	if !s.executed.Load() {
+		s.executed.Store(true)
+	}
 }
 
 // end finishes a session that must stop: a FATAL error is the last thing
@@ -990,11 +1010,18 @@ func (s *session) onFlush(n int) error {
 }
 
 // drain is called at shutdown (from another goroutine): an idle client is
-// told and closed now, a client inside a transaction at its end.
+// told and closed now, a client inside a transaction at its end. After a
+// Handoff, a client that was not served a statement yet runs one first.
 func (s *session) drain() {
 	s.link.mu.Lock()
-	s.link.draining = true
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
+	if !s.served.Load() && s.srv.handedOff.Load() {
+		// Idle, in a prepare round trip, or its first statement is on its way.
+		s.drainAfterTx.Store(true)
+		s.link.mu.Unlock()
+		return
+	}
+	s.link.draining = true
 	s.link.mu.Unlock()
 	if idle {
 		s.kill(errShutdown())

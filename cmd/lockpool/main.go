@@ -102,19 +102,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		log.Error("cannot listen", "addr", cfg.Listen, "err", err)
+	// Listeners: taken over from a running lockpool (handover_socket) or
+	// bound here (handover.go).
+	lns, ok := openListeners(context.Background(), cfg, log)
+	if !ok {
 		return 1
 	}
+	offer, err := offerListeners(cfg, lns, log)
+	if err != nil {
+		log.Error("cannot serve the handover socket", "path", cfg.HandoverSocket, "err", err)
+		if lns.taken != nil {
+			lns.taken.Abandon()
+		}
+		return 1
+	}
+	if offer != nil {
+		defer offer.Close()
+	}
+	ln := lns.client
 	var admin *http.Server
 	adminAddr := ""
-	if cfg.AdminListen != "" {
-		aln, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			log.Error("cannot listen (admin)", "addr", cfg.AdminListen, "err", err)
-			return 1
-		}
+	if aln := lns.admin; aln != nil {
 		adminAddr = aln.Addr().String()
 		admin = &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
@@ -125,6 +133,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log.Info("lockpool listening", "addr", ln.Addr().String(), "admin", adminAddr, "version", bi.Version, "revision", bi.Revision)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	confirmTakeover(context.Background(), lns, log)
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("could not tell systemd that lockpool is ready", "err", err)
+	}
 
 	for {
 		select {
@@ -151,9 +163,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 				setLevel(ncfg)
 				continue
 			}
-			log.Info("shutting down", "signal", sig.String(), "timeout", srv.Config().ShutdownTimeout)
+			stop, successor := srv.Shutdown, 0
+			if offer != nil {
+				_ = offer.Close()
+				if successor = offer.HandedTo(); successor != 0 {
+					stop = srv.Handoff // the successor accepts on the same sockets
+				}
+			}
+			log.Info("shutting down", "signal", sig.String(), "timeout", srv.Config().ShutdownTimeout, "successor_pid", successor)
+			_ = sdNotify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), srv.Config().ShutdownTimeout)
-			_ = srv.Shutdown(ctx)
+			if successor != 0 && admin != nil {
+				go func() { _ = admin.Shutdown(ctx) }() // stop accepting admin requests now too
+			}
+			_ = stop(ctx)
 			cancel()
 			if admin != nil {
 				_ = admin.Close()

@@ -21,7 +21,9 @@
 //   - the lockpool binary, built once per test process ([LockpoolBinary],
 //     [BuildLockpool], [ModuleRoot], [RemoveLockpoolBinary]), and programs run as processes
 //     ([Process], [StartProcess], [StartLogged], [WaitReady],
-//     [StartLockpoolProcess]);
+//     [StartLockpoolProcess], and another beside it with the same
+//     configuration for a restart: [StartLockpoolBeside]; which of them
+//     took a connection: [ServedBy]);
 //   - the stack the load tools run: a cluster with a role, a database and
 //     pgbench tables, and a lockpool process ([StartStack]);
 //   - README.md's metric table ([DocumentedMetrics]), which the tests of

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -197,4 +199,41 @@ func TestLockLogExplains(t *testing.T) {
 		t.Error("Prune dropped an open hold")
 	}
 	g.Close(open, after)
+}
+
+// ServedBy finds which process holds the other end of a connection.
+func TestServedBy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ac, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	for _, tc := range []struct {
+		name string
+		pid  int
+		want bool
+	}{
+		{"the accepting process", os.Getpid(), true},
+		{"another process", other.Process.Pid, false},
+	} {
+		got, err := ServedBy(tc.pid, c)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: ServedBy = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
 }
