@@ -92,6 +92,9 @@ type Manager struct {
 	headsBuf []*waiter
 	pause    pauseState // PAUSE / RESUME (pause.go)
 
+	limits map[string]limit                             // run-time budget caps (limit.go)
+	onDial atomic.Pointer[func(app string, pid uint32)] // OnDial's observer (limit.go)
+
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
 	log     *slog.Logger
@@ -275,6 +278,7 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 	}
 	m.apps[cfg.Name] = a
 	m.appList = append(m.appList, a)
+	m.applyLimitLocked(a, true)
 	return a
 }
 
@@ -646,6 +650,9 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	}
 	if c.StartupParams == nil {
 		c.StartupParams = map[string]string{}
+	}
+	if f := m.onDial.Load(); f != nil {
+		(*f)(cfg.Name, c.PID)
 	}
 	c.pool = a
 	c.created = m.now()
@@ -1057,6 +1064,7 @@ func (m *Manager) Reconfigure(server config.Server, apps []AppConfig) {
 			toClose = append(toClose, m.closeIdleLocked(a)...)
 		}
 		a.cfg = cfg
+		m.applyLimitLocked(a, true)
 		a.removed = false
 	}
 	for _, a := range m.appList {

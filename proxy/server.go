@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/auth"
+	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -109,6 +110,8 @@ type Server struct {
 	nextLoop atomic.Uint32
 
 	consoles map[*console]struct{} // admin console connections (console.go), under mu
+
+	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -161,6 +164,10 @@ func New(opts Options) (*Server, error) {
 	if s.locks, err = newLockManager(opts.Config, logger); err != nil {
 		pm.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
+	}
+	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
+		pm.Close()
+		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -486,6 +493,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.locks.Close()
 	s.pool.Close()
+	s.stopCluster()
 	s.mu.Lock()
 	loops := s.loops
 	s.mu.Unlock()

@@ -1,0 +1,52 @@
+// Package cluster shares applications' connection budgets between lockpool
+// instances through PostgreSQL (applications with budget_scope: cluster).
+//
+// # What it owns
+//
+//   - One coordination connection per instance (application_name
+//     "lockpool cluster", logged in like the lease store's connections, to
+//     cluster.database), opened and re-opened by the Coordinator's loop.
+//   - Three tables in the leases schema of that database, created at first
+//     use under pg_advisory_xact_lock(MigrationLockKey):
+//     cluster_instances (one row per running instance: its number, the
+//     address it takes forwarded cancel requests on, its heartbeat, the pid
+//     and backend_start of its coordination backend), cluster_apps (one row
+//     per cluster and application, the lock every slot change takes) and
+//     cluster_slots (per cluster, application and instance: the server
+//     connections and pin slots the instance holds, what it wants — demand —
+//     and the backend pids of the server connections it opened).
+//   - The run-time limits of the cluster applications in the pool
+//     ([pool.Manager.SetLimit]): an instance's pool never has more open
+//     connections of an application than the slots its row holds.
+//
+// # Invariants
+//
+//   - For every application, the sum of slots over all rows of the
+//     application (live and dead instances alike) is at most its budget
+//     (max_connections; max_pinned for pins). A row is only raised inside a
+//     transaction that holds the application's cluster_apps row FOR UPDATE
+//     and checks that sum; a row only leaves the table when its instance is
+//     known to hold nothing (below).
+//   - An instance's open connections never exceed its row's slots: it raises
+//     its pool's limit only after the raised row committed, and lowers the
+//     row only after lowering the limit, to no less than the connections
+//     still open (the pool never opens more than max(open, limit) after a
+//     lower limit). Together: the application's server connections over all
+//     live instances never exceed its budget, also while slots move.
+//   - A dead instance's slots (no heartbeat for cluster.ttl, by the server's
+//     clock) are reclaimed only when its coordination backend is gone from
+//     pg_stat_activity and none of the server backends it recorded is left
+//     (the survivor terminates those with pg_terminate_backend first).
+//   - An instance whose last successful heartbeat was sent more than
+//     ttl/2 ago (its own monotonic clock) takes nothing new: each tick its
+//     limits fall to the connections it still has open, so it never opens a
+//     connection the others could not see in its row. When PostgreSQL is
+//     unreachable it keeps what it holds.
+//
+// Slots follow demand: each tick every instance writes what it wants (in
+// use + dialing + waiting, the peak since its last tick) and computes from
+// all live rows the same max-min fair split of the budget, each live
+// instance first getting min_share; it then moves its own row toward its
+// share — down at once (to no less than what is open), up only by what is
+// free.
+package cluster
