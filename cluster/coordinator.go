@@ -211,17 +211,23 @@ func (c *Coordinator) recordDial(app string, pid uint32) {
 }
 
 // sample records the current demand of each application (the peak until
-// the next tick).
-func (c *Coordinator) sample(apps []App) {
+// the next tick). It reports whether clients wait for more than this
+// instance holds (then the loop ticks early).
+func (c *Coordinator) sample(apps []App) (starved bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, a := range apps {
 		st := c.opts.Pool.Stats(a.Name)
+		s := c.slots[a.Name]
+		if st.Waiting > 0 && s.c < a.Budget || st.PinWaiting > 0 && s.p < a.Pins {
+			starved = true
+		}
 		p := c.peak[a.Name]
 		p.c = max(p.c, st.InUse+st.Dialing+st.Waiting)
 		p.p = max(p.p, st.Pinned+st.PinWaiting)
 		c.peak[a.Name] = p
 	}
+	return starved
 }
 
 func (c *Coordinator) takePeak(app string) (int, int) {
@@ -240,15 +246,22 @@ func (c *Coordinator) run(ctx context.Context) {
 	samp := time.NewTicker(sampleEvery)
 	defer samp.Stop()
 	c.tick(ctx)
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-samp.C:
-			c.sample(c.opts.Apps())
+			// Clients waiting for slots this instance does not hold: tick
+			// early (at most every heartbeat/4) instead of at the next beat.
+			if c.sample(c.opts.Apps()) && time.Since(last) >= c.opts.Heartbeat/4 {
+				c.tick(ctx)
+				last = time.Now()
+			}
 		case <-tick.C:
 			c.sample(c.opts.Apps())
 			c.tick(ctx)
+			last = time.Now()
 		}
 	}
 }
@@ -394,7 +407,7 @@ func (c *Coordinator) balance(ctx context.Context, a App) error {
 	cur := c.slots[a.Name]
 	c.mu.Unlock()
 
-	var newSlots, newPins int
+	var newSlots, newPins, share, pinShare int
 	var alive []int32
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
@@ -466,8 +479,8 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 				pinMembers = append(pinMembers, member{r.instance, r.pinDemand})
 			}
 		}
-		share := fairShares(a.Budget, a.MinShare, members)[c.id]
-		pinShare := fairShares(a.Pins, 0, pinMembers)[c.id]
+		share = fairShares(a.Budget, a.MinShare, members)[c.id]
+		pinShare = fairShares(a.Pins, 0, pinMembers)[c.id]
 		// Lower the pool's limit first, then write no less than what is open.
 		if share < myRow.slots || pinShare < myRow.pins {
 			c.opts.Pool.SetLimit(a.Name, min(share, myRow.slots), min(pinShare, myRow.pins))
@@ -475,8 +488,8 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 		st := c.opts.Pool.Stats(a.Name)
 		newSlots = nextSlots(a.Budget, held, myRow.slots, share, st.Open)
 		newPins = nextSlots(a.Pins, heldPins, myRow.pins, pinShare, st.Pinned)
-		return tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET slots = $4, pins = $5, demand = $6, pin_demand = $7, usename = $8,
-  pids = ARRAY(SELECT pid FROM pg_stat_activity WHERE pid = ANY($9::int[]) AND usename = $8)
+		return tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET slots = $4, pins = $5, demand = $6, pin_demand = $7, usename = $8::text,
+  pids = ARRAY(SELECT pid FROM pg_stat_activity WHERE pid = ANY($9::int[]) AND usename = $8::text)
 WHERE cluster = $1 AND app = $2 AND instance = $3 RETURNING pids`, c.t.slots),
 			c.opts.Cluster, a.Name, c.id, newSlots, newPins, wantConns, wantPins, a.User, mine).Scan(&alive)
 	})
@@ -502,7 +515,10 @@ WHERE cluster = $1 AND app = $2 AND instance = $3 RETURNING pids`, c.t.slots),
 	if newSlots != cur.c || newPins != cur.p {
 		c.log.Debug("cluster: slots moved", "app", a.Name, "slots", newSlots, "pins", newPins, "was", cur.c)
 	}
-	c.opts.Pool.SetLimit(a.Name, newSlots, newPins)
+	// The limit is the share, or what the row could be raised to: never
+	// more than the row (which may still cover connections above the
+	// share until they close).
+	c.opts.Pool.SetLimit(a.Name, min(newSlots, share), min(newPins, pinShare))
 	c.m.setSlots(a.Name, newSlots)
 	return nil
 }
@@ -518,7 +534,7 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 	var left int
 	if len(r.pids) > 0 {
 		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE pid = ANY($1::int[]) AND usename = $2 AND NOT (pid = ANY($3::int[]))) t`, r.pids, a.User, livePIDs).Scan(&left)
+WHERE pid = ANY($1::int[]) AND usename = $2::text AND NOT (pid = ANY($3::int[]))) t`, r.pids, a.User, livePIDs).Scan(&left)
 		if err != nil {
 			return false, err
 		}
