@@ -451,6 +451,12 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 			}
 		}
 		livePIDs = append(livePIDs, mine...)
+		// The turn for units a fair split cannot divide: the server's clock
+		// in seconds, the same for every instance.
+		var turn int
+		if err := tx.QueryRow(ctx, "SELECT (floor(extract(epoch FROM now())) % 1000000)::int8").Scan(&turn); err != nil {
+			return err
+		}
 		var held, heldPins []int
 		var members []member
 		var myRow slotRow
@@ -479,8 +485,8 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 				pinMembers = append(pinMembers, member{r.instance, r.pinDemand})
 			}
 		}
-		share = fairShares(a.Budget, a.MinShare, members)[c.id]
-		pinShare = fairShares(a.Pins, 0, pinMembers)[c.id]
+		share = fairShares(a.Budget, a.MinShare, members, turn)[c.id]
+		pinShare = fairShares(a.Pins, 0, pinMembers, turn)[c.id]
 		// Lower the pool's limit first, then write no less than what is open.
 		if share < myRow.slots || pinShare < myRow.pins {
 			c.opts.Pool.SetLimit(a.Name, min(share, myRow.slots), min(pinShare, myRow.pins))

@@ -12,10 +12,12 @@ type member struct {
 // fairShares splits budget over the live members: each first gets
 // minShare (as far as the budget goes), then the rest is filled level by
 // level up to each member's demand (max-min fairness); units a level
-// cannot split evenly go to members with unmet demand in instance order.
-// Every instance computes the same split from the same rows. The shares
-// never add up to more than budget.
-func fairShares(budget, minShare int, members []member) map[string]int {
+// cannot split evenly go to members with unmet demand in instance order,
+// starting at index turn (mod the member count) so that, with turn moving
+// over time, no member goes without them for long (a budget of 2 pins
+// over 3 busy instances). Every instance computes the same split from the
+// same rows and turn. The shares never add up to more than budget.
+func fairShares(budget, minShare int, members []member, turn int) map[string]int {
 	ms := append([]member(nil), members...)
 	sort.Slice(ms, func(i, j int) bool { return ms[i].instance < ms[j].instance })
 	out := make(map[string]int, len(ms))
@@ -42,10 +44,11 @@ func fairShares(budget, minShare int, members []member) map[string]int {
 		out[m.instance] = max(floor, min(m.demand, level))
 		left -= out[m.instance]
 	}
-	for _, m := range ms {
+	for k := range ms {
 		if left == 0 {
 			break
 		}
+		m := ms[(k+turn)%len(ms)]
 		if m.demand > out[m.instance] {
 			out[m.instance]++
 			left--

@@ -12,19 +12,21 @@ func TestFairShares(t *testing.T) {
 		budget   int
 		minShare int
 		members  []member
+		turn     int
 		want     map[string]int
 	}{
-		{"one loaded, two idle, min 0", 6, 0, []member{{"a", 9}, {"b", 0}, {"c", 0}}, map[string]int{"a": 6, "b": 0, "c": 0}},
-		{"equal load", 6, 0, []member{{"a", 4}, {"b", 4}, {"c", 4}}, map[string]int{"a": 2, "b": 2, "c": 2}},
-		{"min share kept when idle", 6, 1, []member{{"a", 9}, {"b", 0}, {"c", 0}}, map[string]int{"a": 4, "b": 1, "c": 1}},
-		{"small demand satisfied first", 6, 0, []member{{"a", 1}, {"b", 9}, {"c", 9}}, map[string]int{"a": 1, "b": 3, "c": 2}},
-		{"odd unit to the first unmet", 7, 0, []member{{"c", 5}, {"a", 5}, {"b", 5}}, map[string]int{"a": 3, "b": 2, "c": 2}},
-		{"min share larger than the budget allows", 2, 1, []member{{"a", 0}, {"b", 0}, {"c", 0}}, map[string]int{"a": 0, "b": 0, "c": 0}},
-		{"no demand", 6, 0, []member{{"a", 0}}, map[string]int{"a": 0}},
+		{"one loaded, two idle, min 0", 6, 0, []member{{"a", 9}, {"b", 0}, {"c", 0}}, 0, map[string]int{"a": 6, "b": 0, "c": 0}},
+		{"equal load", 6, 0, []member{{"a", 4}, {"b", 4}, {"c", 4}}, 0, map[string]int{"a": 2, "b": 2, "c": 2}},
+		{"min share kept when idle", 6, 1, []member{{"a", 9}, {"b", 0}, {"c", 0}}, 0, map[string]int{"a": 4, "b": 1, "c": 1}},
+		{"small demand satisfied first", 6, 0, []member{{"a", 1}, {"b", 9}, {"c", 9}}, 0, map[string]int{"a": 1, "b": 3, "c": 2}},
+		{"odd unit to the first unmet", 7, 0, []member{{"c", 5}, {"a", 5}, {"b", 5}}, 0, map[string]int{"a": 3, "b": 2, "c": 2}},
+		{"odd units move with the turn", 2, 0, []member{{"a", 5}, {"b", 5}, {"c", 5}}, 2, map[string]int{"a": 1, "b": 0, "c": 1}},
+		{"min share larger than the budget allows", 2, 1, []member{{"a", 0}, {"b", 0}, {"c", 0}}, 0, map[string]int{"a": 0, "b": 0, "c": 0}},
+		{"no demand", 6, 0, []member{{"a", 0}}, 0, map[string]int{"a": 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := fairShares(tc.budget, tc.minShare, tc.members)
+			got := fairShares(tc.budget, tc.minShare, tc.members, tc.turn)
 			for k, v := range tc.want {
 				if got[k] != v {
 					t.Errorf("share of %s = %d, want %d (all: %v)", k, got[k], v, got)
@@ -87,7 +89,7 @@ func TestSlotProtocolKeepsBudget(t *testing.T) {
 			for j := range ms {
 				ms[j] = member{names[j], demand[j]}
 			}
-			share := fairShares(budget, 0, ms)[names[i]]
+			share := fairShares(budget, 0, ms, step/100)[names[i]]
 			if share < slots[i] {
 				limit[i] = share // lower the limit first
 			}
