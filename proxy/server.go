@@ -407,16 +407,18 @@ func (s *Server) register(ss *session) bool {
 	if s.draining {
 		return false
 	}
+	var pid uint32
 	for {
 		s.nextPID++
 		if s.nextPID == 0 || s.nextPID > 0x7fffffff {
 			s.nextPID = 0x10000
 		}
-		if _, taken := s.sessions[s.nextPID]; !taken {
+		pid = s.keyPID(s.nextPID) // with the cluster instance's number (clustercancel.go)
+		if _, taken := s.sessions[pid]; !taken {
 			break
 		}
 	}
-	ss.pid = s.nextPID
+	ss.pid = pid
 	ss.connected = time.Now()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -435,6 +437,9 @@ func (s *Server) unregister(ss *session) {
 
 // cancelSession handles a CancelRequest with lockpool's key.
 func (s *Server) cancelSession(pid, secret uint32) {
+	if s.forwardCancel(pid, secret) {
+		return
+	}
 	s.mu.Lock()
 	ss := s.sessions[pid]
 	s.mu.Unlock()
