@@ -15,10 +15,11 @@ type Metrics struct {
 	instances prometheus.Gauge
 }
 
-// NewMetrics registers the cluster collectors on reg (nil: unregistered).
-// The proxy registers them whether or not a cluster is configured, so
-// lockpool_cluster_instances reads 0 from the start.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics registers the cluster collectors on reg (nil: unregistered),
+// with lockpool_cluster_slots at 0 for each of apps. The proxy registers
+// them whether or not a cluster is configured, so every series reads 0
+// from the start.
+func NewMetrics(reg prometheus.Registerer, apps ...string) *Metrics {
 	m := &Metrics{
 		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockpool_cluster_slots",
 			Help: "Server connections this instance holds of a cluster application's budget (budget_scope: cluster)."}, []string{"app"}),
@@ -27,6 +28,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.slots, m.instances)
+	}
+	for _, a := range apps {
+		m.setSlots(a, 0)
 	}
 	return m
 }
