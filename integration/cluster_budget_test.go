@@ -19,7 +19,7 @@ func TestClusterBudgetFollowsLoad(t *testing.T) {
 		skipOrFail(t, "pgbench not installed")
 	}
 	const role = "clbudget"
-	ls := startClusterInstances(t, 3, role, "pin")
+	ls := startClusterInstances(t, 3, role, "pin", "")
 	sampler := sampleBackends(t, role, clusterBudget)
 	open := func(i int) int { return ls[i].srv.Pool().Stats(clusterApp).Open }
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // A cancel request sent to instance B for a query running through instance
@@ -15,14 +18,44 @@ import (
 func TestClusterCancelForwarded(t *testing.T) {
 	t.Parallel()
 	const role = "clcancel"
-	ls := startClusterInstances(t, 2, role, "pin")
+	ls := startClusterInstances(t, 2, role, "pin", "admin_users: "+role)
 	a, b := ls[0], ls[1]
 	ctx := context.Background()
 	// B must know A's address: wait until both registered and see each other.
-	eventually(t, 10*time.Second, "both instances in SHOW CLUSTER", func() bool {
-		code, body := b.get("/debug/cluster")
-		return code == 200 && strings.Count(body, `"live": true`) >= 2
+	eventually(t, 10*time.Second, "both instances in both instances' SHOW CLUSTER", func() bool {
+		for _, l := range ls {
+			code, body := l.get("/debug/cluster")
+			if code != 200 || strings.Count(body, `"live": true`) != 2 {
+				return false
+			}
+		}
+		return true
 	})
+	// SHOW CLUSTER on A's console: both instances, live, A's row marked self.
+	admin := a.ConsoleConnect(t, role)
+	res, err := testenv.ConsoleQuery(ctx, admin, "SHOW CLUSTER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := readmeColumns(t, "CLUSTER"); !slices.Equal(res.Columns, want) {
+		t.Errorf("SHOW CLUSTER columns %v, README documents %v", res.Columns, want)
+	}
+	selves := 0
+	for _, row := range res.Rows {
+		if row["live"] != true || row["application"] != clusterApp || row["number"].(int64) < 1 {
+			t.Errorf("SHOW CLUSTER row %v, want a live instance with a number and a row for %s", row, clusterApp)
+		}
+		if row["self"] == true {
+			selves++
+		}
+	}
+	if len(res.Rows) != 2 || selves != 1 {
+		t.Errorf("SHOW CLUSTER: %d rows, %d marked self; want 2 and 1: %v", len(res.Rows), selves, res.Rows)
+	}
+	if v := a.metric("lockpool_cluster_instances", nil); v != 2 {
+		t.Errorf("lockpool_cluster_instances = %v, want 2", v)
+	}
+
 	conn := a.connect(t, role, "appdb")
 	pid, secret := conn.PgConn().PID(), conn.PgConn().SecretKey()
 	if pid>>23 == 0 {

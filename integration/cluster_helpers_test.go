@@ -43,14 +43,15 @@ cluster:
 			Advisory: advisory, State: "pin", Wait: "30s", Extra: "    budget_scope: cluster\n    min_share: 0\n"})
 }
 
-// startClusterInstances runs n in-process instances of one cluster.
-func startClusterInstances(t *testing.T, n int, role, advisory string) []*lp {
+// startClusterInstances runs n in-process instances of one cluster (top:
+// more top-level lines).
+func startClusterInstances(t *testing.T, n int, role, advisory, top string) []*lp {
 	t.Helper()
 	c := pgtest.Require(t)
 	name := uniqueName(t, "cl")
 	out := make([]*lp, n)
 	for i := range out {
-		out[i], _ = startYAML(t, clusterYAML(c, role, name, advisory, ""))
+		out[i], _ = startYAML(t, clusterYAML(c, role, name, advisory, top))
 	}
 	return out
 }

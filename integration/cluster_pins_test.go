@@ -19,7 +19,7 @@ func TestClusterPinsShareMaxPinned(t *testing.T) {
 	const role = "clpin"
 	const sessions = 20
 	const keyBase = 71400000 // this test's advisory lock keys: keyBase .. keyBase+19
-	ls := startClusterInstances(t, 3, role, "pin")
+	ls := startClusterInstances(t, 3, role, "pin", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 
