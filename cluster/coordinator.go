@@ -73,7 +73,7 @@ type Coordinator struct {
 	number   int                           // this instance's number (0: not registered)
 	peers    map[int]string                // number -> address, live instances
 	view     View                          // the last tick's picture
-	dialed   map[string]map[uint32]bool    // app -> backend pids opened and not yet seen gone
+	dialed   map[string]map[uint32]bool    // cluster app -> backend pids opened, not yet seen gone
 	peak     map[string]struct{ c, p int } // app -> demand peak since the last tick
 	slots    map[string]struct{ c, p int } // app -> this instance's row as last committed
 	lastBeat time.Time                     // when the last successful heartbeat was sent
@@ -135,6 +135,7 @@ func New(opts Options) (*Coordinator, error) {
 	for _, a := range opts.Apps() {
 		opts.Pool.SetLimit(a.Name, 0, 0)
 		c.m.setSlots(a.Name, 0)
+		c.dialed[a.Name] = map[uint32]bool{}
 	}
 	opts.Pool.OnDial(c.recordDial)
 	return c, nil
@@ -199,15 +200,14 @@ func (c *Coordinator) Snapshot() View {
 	return View{Instances: append([]InstanceView(nil), c.view.Instances...), Slots: append([]SlotView(nil), c.view.Slots...)}
 }
 
+// recordDial remembers the backend pid of a server connection a cluster
+// application's pool opened (written to its slot row at the next tick).
 func (c *Coordinator) recordDial(app string, pid uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.dialed[app]
-	if s == nil {
-		s = map[uint32]bool{}
-		c.dialed[app] = s
+	if s := c.dialed[app]; s != nil {
+		s[pid] = true
 	}
-	s[pid] = true
 }
 
 // sample records the current demand of each application (the peak until
@@ -539,8 +539,12 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 	}
 	var left int
 	if len(r.pids) > 0 {
-		err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE pid = ANY($1::int[]) AND usename = $2::text AND NOT (pid = ANY($3::int[]))) t`, r.pids, a.User, livePIDs).Scan(&left)
+		// Only backends this role may signal are terminated (the others
+		// stay counted until they end by themselves).
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM (
+  SELECT CASE WHEN pg_has_role(p.usename, 'MEMBER') OR pg_has_role('pg_signal_backend', 'MEMBER') THEN pg_terminate_backend(p.pid) END
+  FROM pg_stat_activity p
+  WHERE p.pid = ANY($1::int[]) AND p.usename = $2::text AND NOT (p.pid = ANY($3::int[]))) t`, r.pids, a.User, livePIDs).Scan(&left)
 		if err != nil {
 			return false, err
 		}

@@ -39,6 +39,17 @@
 // in-use connections are released: idle excess is closed at once, in-use
 // excess at its Release.
 //
+// # Run-time limits
+//
+// SetLimit (limit.go) caps an application's MaxConnections and MaxPinned
+// below the configured values, for package cluster, which shares budgets
+// between instances; a reconfiguration keeps the cap. It works like a
+// lowered budget, and after it returns the application's open count never
+// rises above max(its count then, the cap): a slot is only reserved below
+// the budget, and taking over one of its own idle connections keeps the
+// count. OnDial reports every connection opened (application and backend
+// pid) before it is handed out.
+//
 // # Pause and the admin views
 //
 // Pause (the admin console's PAUSE) makes a paused application's Acquire
