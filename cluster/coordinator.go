@@ -27,7 +27,7 @@ const maxNumber = 255
 type Pool interface {
 	Stats(app string) pool.Stats
 	SetLimit(app string, conns, pins int)
-	OnDial(fn func(app string, pid uint32))
+	OnDial(fn func(ctx context.Context, app string, pid uint32) error)
 }
 
 // App is one cluster-scoped application as the configuration in force
@@ -73,11 +73,14 @@ type Coordinator struct {
 	number   int                           // this instance's number (0: not registered)
 	peers    map[int]string                // number -> address, live instances
 	view     View                          // the last tick's picture
-	dialed   map[string]map[uint32]bool    // cluster app -> backend pids opened, not yet seen gone
+	apps     map[string]bool               // the cluster applications (names)
 	peak     map[string]struct{ c, p int } // app -> demand peak since the last tick
 	slots    map[string]struct{ c, p int } // app -> this instance's row as last committed
 	lastBeat time.Time                     // when the last successful heartbeat was sent
 	conn     *pgx.Conn                     // owned by the loop goroutine
+
+	recMu sync.Mutex
+	rec   *pgx.Conn // recordDial's connection
 }
 
 // View is what SHOW CLUSTER shows: the instances and the slots.
@@ -116,15 +119,15 @@ func New(opts Options) (*Coordinator, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	c := &Coordinator{
-		opts:   opts,
-		log:    opts.Logger,
-		t:      newTables(opts.Schema),
-		id:     opts.InstanceID + "/" + hex.EncodeToString(b[:]),
-		m:      opts.Metrics,
-		peers:  map[int]string{},
-		dialed: map[string]map[uint32]bool{},
-		peak:   map[string]struct{ c, p int }{},
-		slots:  map[string]struct{ c, p int }{},
+		opts:  opts,
+		log:   opts.Logger,
+		t:     newTables(opts.Schema),
+		id:    opts.InstanceID + "/" + hex.EncodeToString(b[:]),
+		m:     opts.Metrics,
+		peers: map[int]string{},
+		apps:  map[string]bool{},
+		peak:  map[string]struct{ c, p int }{},
+		slots: map[string]struct{ c, p int }{},
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -135,7 +138,7 @@ func New(opts Options) (*Coordinator, error) {
 	for _, a := range opts.Apps() {
 		opts.Pool.SetLimit(a.Name, 0, 0)
 		c.m.setSlots(a.Name, 0)
-		c.dialed[a.Name] = map[uint32]bool{}
+		c.apps[a.Name] = true
 	}
 	opts.Pool.OnDial(c.recordDial)
 	return c, nil
@@ -161,6 +164,8 @@ func (c *Coordinator) Close(ctx context.Context, poolClosed bool) {
 	}
 	c.cancel()
 	<-c.done
+	c.opts.Pool.OnDial(nil)
+	c.closeRec(ctx)
 	if c.conn == nil {
 		return
 	}
@@ -175,6 +180,16 @@ func (c *Coordinator) Close(ctx context.Context, poolClosed bool) {
 	}
 	_ = c.conn.Close(ctx)
 	c.conn = nil
+}
+
+// closeRec closes recordDial's connection.
+func (c *Coordinator) closeRec(ctx context.Context) {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if c.rec != nil {
+		_ = c.rec.Close(ctx)
+		c.rec = nil
+	}
 }
 
 // Number is this instance's number in the cluster (1..255), 0 while it is
@@ -200,14 +215,41 @@ func (c *Coordinator) Snapshot() View {
 	return View{Instances: append([]InstanceView(nil), c.view.Instances...), Slots: append([]SlotView(nil), c.view.Slots...)}
 }
 
-// recordDial remembers the backend pid of a server connection a cluster
-// application's pool opened (written to its slot row at the next tick).
-func (c *Coordinator) recordDial(app string, pid uint32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s := c.dialed[app]; s != nil {
-		s[pid] = true
+// recordDial writes the backend pid of a server connection a cluster
+// application's pool just opened into this instance's slot row, before the
+// pool hands the connection out (pool.Manager.OnDial): every backend an
+// instance uses is in its row, so survivors that take a dead instance's
+// row for dead terminate all of them first. It fails — and the pool closes
+// the connection — when the row is gone (reclaimed, or not written yet) or
+// PostgreSQL cannot record it: an instance that cannot record takes
+// nothing new. It runs on the dialing goroutine, on a connection of its
+// own (the loop owns the coordination connection).
+func (c *Coordinator) recordDial(ctx context.Context, app string, pid uint32) error {
+	if !c.apps[app] {
+		return nil
 	}
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if c.rec == nil {
+		conn, err := c.opts.Connect(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster: recording a server connection: %w", err)
+		}
+		c.rec = conn
+	}
+	tag, err := c.rec.Exec(ctx, fmt.Sprintf(`UPDATE %s SET pids = array_append(pids, $4::int) WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
+		c.opts.Cluster, app, c.id, int32(pid))
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.rec.Close(cctx)
+		cancel()
+		c.rec = nil
+		return fmt.Errorf("cluster: recording a server connection: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("cluster: application %q: this instance holds no slots (its row is not written yet, or was reclaimed)", app)
+	}
+	return nil
 }
 
 // sample records the current demand of each application (the peak until
@@ -326,14 +368,7 @@ WHERE cluster = $1 AND instance = $2 AND coord_pid = pg_backend_pid() RETURNING 
 		c.opts.Cluster, c.id, c.address()).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Our row is gone: the others took us for dead and reclaimed our
-		// slots. Hold nothing until the protocol gives slots back.
-		c.log.Error("cluster: this instance's row was reclaimed by the others; dropping its slots and registering again")
-		c.mu.Lock()
-		clear(c.slots)
-		c.mu.Unlock()
-		for _, a := range apps {
-			c.opts.Pool.SetLimit(a.Name, 0, 0)
-		}
+		// slots (register drops them here too).
 		return c.register(ctx)
 	}
 	if err != nil {
@@ -360,6 +395,7 @@ func (c *Coordinator) address() string {
 // register inserts this instance's row with the lowest free number.
 func (c *Coordinator) register(ctx context.Context) error {
 	var n int
+	var inserted bool
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "lockpool cluster "+c.opts.Cluster); err != nil {
 			return err
@@ -371,7 +407,7 @@ WHERE n NOT IN (SELECT number FROM %[1]s WHERE cluster = $1 AND instance <> $2)
 ORDER BY n LIMIT 1
 ON CONFLICT (cluster, instance) DO UPDATE SET coord_pid = excluded.coord_pid, coord_start = excluded.coord_start,
   address = excluded.address, heartbeat_at = now()
-RETURNING i.number`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address()).Scan(&n)
+RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address()).Scan(&n, &inserted)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("cluster %q already has %d instances", c.opts.Cluster, maxNumber)
@@ -380,8 +416,21 @@ RETURNING i.number`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address(
 		return err
 	}
 	c.mu.Lock()
+	again := inserted && c.number != 0
 	c.number = n
+	if again {
+		clear(c.slots)
+	}
 	c.mu.Unlock()
+	if again {
+		// Registered before, and the row was gone: the others took this
+		// instance for dead and reclaimed its slots (after terminating its
+		// backends). Hold nothing until the protocol gives slots back.
+		c.log.Error("cluster: this instance's rows were reclaimed by the others; dropping its slots and starting over")
+		for _, a := range c.opts.Apps() {
+			c.opts.Pool.SetLimit(a.Name, 0, 0)
+		}
+	}
 	c.log.Info("cluster: registered", "cluster", c.opts.Cluster, "instance", c.id, "number", n)
 	return nil
 }
@@ -400,15 +449,10 @@ type slotRow struct {
 func (c *Coordinator) balance(ctx context.Context, a App) error {
 	wantConns, wantPins := c.takePeak(a.Name)
 	c.mu.Lock()
-	var mine []int32
-	for pid := range c.dialed[a.Name] {
-		mine = append(mine, int32(pid))
-	}
 	cur := c.slots[a.Name]
 	c.mu.Unlock()
 
 	var newSlots, newPins, share, pinShare int
-	var alive []int32
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
 			return err
@@ -450,7 +494,6 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 				livePIDs = append(livePIDs, r.pids...)
 			}
 		}
-		livePIDs = append(livePIDs, mine...)
 		// The turn for units a fair split cannot divide: the server's clock
 		// in seconds, the same for every instance.
 		var turn int
@@ -494,10 +537,13 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 		st := c.opts.Pool.Stats(a.Name)
 		newSlots = nextSlots(a.Budget, held, myRow.slots, share, st.Open)
 		newPins = nextSlots(a.Pins, heldPins, myRow.pins, pinShare, st.Pinned)
-		return tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET slots = $4, pins = $5, demand = $6, pin_demand = $7, usename = $8::text,
-  pids = ARRAY(SELECT pid FROM pg_stat_activity WHERE pid = ANY($9::int[]) AND usename = $8::text)
-WHERE cluster = $1 AND app = $2 AND instance = $3 RETURNING pids`, c.t.slots),
-			c.opts.Cluster, a.Name, c.id, newSlots, newPins, wantConns, wantPins, a.User, mine).Scan(&alive)
+		// pids keeps the backends still there (re-read under the row lock,
+		// so a pid recordDial appended meanwhile is kept).
+		_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET slots = $4, pins = $5, demand = $6, pin_demand = $7, usename = $8::text,
+  pids = ARRAY(SELECT pid FROM pg_stat_activity WHERE pid = ANY(pids) AND usename = $8::text)
+WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
+			c.opts.Cluster, a.Name, c.id, newSlots, newPins, wantConns, wantPins, a.User)
+		return err
 	})
 	if err != nil {
 		// The row may or may not have been raised: keep the limit no
@@ -506,17 +552,6 @@ WHERE cluster = $1 AND app = $2 AND instance = $3 RETURNING pids`, c.t.slots),
 	}
 	c.mu.Lock()
 	c.slots[a.Name] = struct{ c, p int }{newSlots, newPins}
-	if s := c.dialed[a.Name]; s != nil {
-		keep := make(map[int32]bool, len(alive))
-		for _, p := range alive {
-			keep[p] = true
-		}
-		for pid := range s {
-			if !keep[int32(pid)] {
-				delete(s, pid)
-			}
-		}
-	}
 	c.mu.Unlock()
 	if newSlots != cur.c || newPins != cur.p {
 		c.log.Debug("cluster: slots moved", "app", a.Name, "slots", newSlots, "pins", newPins, "was", cur.c)
@@ -536,6 +571,12 @@ WHERE cluster = $1 AND app = $2 AND instance = $3 RETURNING pids`, c.t.slots),
 func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, livePIDs []int32) (bool, error) {
 	if !r.coordGone {
 		return false, nil
+	}
+	// Lock the row first: a recordDial of that instance (if it still
+	// lives) waits, and finds the row gone once it is deleted.
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3 FOR UPDATE`, c.t.slots),
+		c.opts.Cluster, a.Name, r.instance).Scan(&r.pids); err != nil {
+		return false, err
 	}
 	var left int
 	if len(r.pids) > 0 {

@@ -25,16 +25,23 @@ func TestClusterBudgetFollowsLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// Load on the first instance only.
-	start := time.Now()
+	// Load on the first instance only. The clock starts when the load
+	// reaches the instance (a client holds or waits for a connection), not
+	// when pgbench starts logging in its clients.
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if out, err := runPgbench(ctx, t, ls[0].port, role, 8, 4*time.Second); err != nil {
+		if out, err := runPgbench(ctx, t, ls[0].port, role, 8, 6*time.Second); err != nil {
 			t.Errorf("pgbench through instance 0: %v\n%s", err, out)
 		}
 	}()
+	var start time.Time
+	eventually(t, 20*time.Second, "pgbench's load to reach instance 0", func() bool {
+		st := ls[0].srv.Pool().Stats(clusterApp)
+		start = time.Now()
+		return st.InUse+st.Waiting > 0
+	})
 	reached := time.Duration(0)
 	for time.Since(start) < 4*time.Second {
 		if open(0) >= 5 {
@@ -49,17 +56,25 @@ func TestClusterBudgetFollowsLoad(t *testing.T) {
 	}
 	t.Logf("instance 0 held ≥ 5 of 6 %v after its load started", reached.Round(time.Millisecond))
 
-	// Equal load on all three.
-	start = time.Now()
+	// Equal load on all three (the clock starts when all three have it).
 	for i := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if out, err := runPgbench(ctx, t, ls[i].port, role, 4, 7*time.Second); err != nil {
+			if out, err := runPgbench(ctx, t, ls[i].port, role, 4, 9*time.Second); err != nil {
 				t.Errorf("pgbench through instance %d: %v\n%s", i, err, out)
 			}
 		}()
 	}
+	eventually(t, 20*time.Second, "pgbench's load to reach all three instances", func() bool {
+		start = time.Now()
+		for _, l := range ls {
+			if st := l.srv.Pool().Stats(clusterApp); st.InUse+st.Waiting == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	var samples int
 	inRange := make([]int, len(ls))
 	for time.Since(start) < 6*time.Second {

@@ -25,7 +25,7 @@ func TestClusterCancelForwarded(t *testing.T) {
 	eventually(t, 10*time.Second, "both instances in both instances' SHOW CLUSTER", func() bool {
 		for _, l := range ls {
 			code, body := l.get("/debug/cluster")
-			if code != 200 || strings.Count(body, `"live": true`) != 2 {
+			if code != 200 || strings.Count(body, `"live": true`) != 2 || strings.Count(body, `"application": "`+clusterApp+`"`) != 2 {
 				return false
 			}
 		}

@@ -1,5 +1,7 @@
 package pool
 
+import "context"
+
 // Limits a component outside the pool moves at run time (package cluster):
 // an application's budgets may be lowered below the configured ones. The
 // configured values stay the ceiling; a reconfiguration keeps the limit.
@@ -72,9 +74,11 @@ func (m *Manager) applyLimitLocked(a *appPool, configured bool) {
 }
 
 // OnDial registers fn to be called with the application and backend pid of
-// every server connection the pool opens, before it is used (the cluster
-// component records them). fn must not block; nil removes it.
-func (m *Manager) OnDial(fn func(app string, pid uint32)) {
+// every server connection the pool opens, on the dialing goroutine, before
+// the connection is counted in use or handed out (the cluster component
+// records it in PostgreSQL). An error from fn closes the connection and
+// fails the dial with that error. nil removes it.
+func (m *Manager) OnDial(fn func(ctx context.Context, app string, pid uint32) error) {
 	if fn == nil {
 		m.onDial.Store(nil)
 		return

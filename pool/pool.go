@@ -92,8 +92,8 @@ type Manager struct {
 	headsBuf []*waiter
 	pause    pauseState // PAUSE / RESUME (pause.go)
 
-	limits map[string]limit                             // run-time budget caps (limit.go)
-	onDial atomic.Pointer[func(app string, pid uint32)] // OnDial's observer (limit.go)
+	limits map[string]limit                                                        // run-time budget caps (limit.go)
+	onDial atomic.Pointer[func(ctx context.Context, app string, pid uint32) error] // OnDial's hook (limit.go)
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
@@ -625,6 +625,12 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if ctx.Err() == nil {
 		m.ServerReached("pool", err)
 	}
+	if f := m.onDial.Load(); err == nil && f != nil {
+		if herr := (*f)(ctx, cfg.Name, c.PID); herr != nil {
+			_ = c.Net.Close()
+			err = herr
+		}
+	}
 	if err != nil {
 		m.mu.Lock()
 		a.dialing--
@@ -650,9 +656,6 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	}
 	if c.StartupParams == nil {
 		c.StartupParams = map[string]string{}
-	}
-	if f := m.onDial.Load(); f != nil {
-		(*f)(cfg.Name, c.PID)
 	}
 	c.pool = a
 	c.created = m.now()
