@@ -23,6 +23,10 @@ const AppName = "lockpool cluster"
 // backend keys the proxy hands out; see the proxy's cancel forwarding).
 const maxNumber = 255
 
+// errRowReclaimed: this instance's slot row of an application is gone (the
+// others took the instance for dead and reclaimed it).
+var errRowReclaimed = errors.New("cluster: this instance's slot row was reclaimed")
+
 // Pool is what the coordinator needs from the connection pool.
 type Pool interface {
 	Stats(app string) pool.Stats
@@ -79,6 +83,9 @@ type Coordinator struct {
 	lastBeat time.Time                     // when the last successful heartbeat was sent
 	conn     *pgx.Conn                     // owned by the loop goroutine
 
+	ensured map[string]bool // apps whose rows this registration wrote (loop goroutine only)
+	ticks   int             // ticks run (loop goroutine only)
+
 	recMu sync.Mutex
 	rec   *pgx.Conn // recordDial's connection
 }
@@ -119,15 +126,16 @@ func New(opts Options) (*Coordinator, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	c := &Coordinator{
-		opts:  opts,
-		log:   opts.Logger,
-		t:     newTables(opts.Schema),
-		id:    opts.InstanceID + "/" + hex.EncodeToString(b[:]),
-		m:     opts.Metrics,
-		peers: map[int]string{},
-		apps:  map[string]bool{},
-		peak:  map[string]struct{ c, p int }{},
-		slots: map[string]struct{ c, p int }{},
+		opts:    opts,
+		log:     opts.Logger,
+		t:       newTables(opts.Schema),
+		id:      opts.InstanceID + "/" + hex.EncodeToString(b[:]),
+		m:       opts.Metrics,
+		peers:   map[int]string{},
+		apps:    map[string]bool{},
+		ensured: map[string]bool{},
+		peak:    map[string]struct{ c, p int }{},
+		slots:   map[string]struct{ c, p int }{},
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -378,7 +386,12 @@ WHERE cluster = $1 AND instance = $2 AND coord_pid = pg_backend_pid() RETURNING 
 	c.lastBeat = sent
 	c.mu.Unlock()
 	for _, a := range apps {
-		if err := c.balance(ctx, a); err != nil {
+		err := c.balance(ctx, a)
+		if errors.Is(err, errRowReclaimed) {
+			c.log.Error("cluster: this instance's slots were reclaimed by the others; holding none until its share comes back", "app", a.Name)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("application %q: %w", a.Name, err)
 		}
 	}
@@ -415,6 +428,7 @@ RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id
 	if err != nil {
 		return err
 	}
+	clear(c.ensured)
 	c.mu.Lock()
 	again := inserted && c.number != 0
 	c.number = n
@@ -452,34 +466,45 @@ func (c *Coordinator) balance(ctx context.Context, a App) error {
 	cur := c.slots[a.Name]
 	c.mu.Unlock()
 
-	var newSlots, newPins, share, pinShare int
-	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
+	if !c.ensured[a.Name] {
+		// This instance's rows for the application: written once per
+		// registration (a row that later disappears was reclaimed).
+		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE cluster = $1 AND app = $2 FOR UPDATE`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app, instance, usename) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, c.t.slots),
+		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app, instance, usename) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, c.t.slots),
 			c.opts.Cluster, a.Name, c.id, a.User); err != nil {
 			return err
 		}
+		c.ensured[a.Name] = true
+	}
+	var newSlots, newPins, share, pinShare int
+	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE cluster = $1 AND app = $2 FOR UPDATE`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
+			return err
+		}
+		// turn: the server clock's second, for units a fair split cannot
+		// divide (the same for every instance).
 		rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT s.instance, s.slots, s.pins, s.demand, s.pin_demand, s.pids,
   i.instance IS NOT NULL AND i.heartbeat_at > now() - $3::float8 * interval '1 second',
-  i.instance IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity p WHERE p.pid = i.coord_pid AND p.backend_start = i.coord_start)
+  i.instance IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity p WHERE p.pid = i.coord_pid AND p.backend_start = i.coord_start),
+  (floor(extract(epoch FROM now())) %% 1000000)::int8
 FROM %s s LEFT JOIN %s i ON i.cluster = s.cluster AND i.instance = s.instance
 WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster, a.Name, c.opts.TTL.Seconds())
 		if err != nil {
 			return err
 		}
 		var all []slotRow
+		var turn int
+		found := false
 		for rows.Next() {
 			var r slotRow
-			if err := rows.Scan(&r.instance, &r.slots, &r.pins, &r.demand, &r.pinDemand, &r.pids, &r.live, &r.coordGone); err != nil {
+			if err := rows.Scan(&r.instance, &r.slots, &r.pins, &r.demand, &r.pinDemand, &r.pids, &r.live, &r.coordGone, &turn); err != nil {
 				rows.Close()
 				return err
 			}
 			if r.instance == c.id {
+				found = true
 				r.live, r.coordGone = true, false
 				r.demand, r.pinDemand = wantConns, wantPins
 			}
@@ -488,17 +513,19 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		if !found {
+			// Reclaimed by the others (who terminated this instance's
+			// backends first): hold nothing; the row is written again at
+			// the next tick.
+			c.ensured[a.Name] = false
+			c.opts.Pool.SetLimit(a.Name, 0, 0)
+			return errRowReclaimed
+		}
 		var livePIDs []int32
 		for _, r := range all {
 			if r.live {
 				livePIDs = append(livePIDs, r.pids...)
 			}
-		}
-		// The turn for units a fair split cannot divide: the server's clock
-		// in seconds, the same for every instance.
-		var turn int
-		if err := tx.QueryRow(ctx, "SELECT (floor(extract(epoch FROM now())) % 1000000)::int8").Scan(&turn); err != nil {
-			return err
 		}
 		var held, heldPins []int
 		var members []member
@@ -605,11 +632,15 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 // peers' addresses, and removes dead instances that hold no slots any more.
 func (c *Coordinator) refreshView(ctx context.Context) error {
 	ttl := c.opts.TTL.Seconds()
-	if _, err := c.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s i WHERE i.cluster = $1 AND i.heartbeat_at < now() - $2::float8 * interval '1 second'
+	c.ticks++
+	if c.ticks%10 == 1 {
+		// Dead instances that hold no slot rows any more (every tenth tick).
+		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s i WHERE i.cluster = $1 AND i.heartbeat_at < now() - $2::float8 * interval '1 second'
   AND NOT EXISTS (SELECT 1 FROM %[2]s s WHERE s.cluster = i.cluster AND s.instance = i.instance)
   AND NOT EXISTS (SELECT 1 FROM pg_stat_activity p WHERE p.pid = i.coord_pid AND p.backend_start = i.coord_start)`, c.t.instances, c.t.slots),
-		c.opts.Cluster, ttl); err != nil {
-		return err
+			c.opts.Cluster, ttl); err != nil {
+			return err
+		}
 	}
 	rows, err := c.conn.Query(ctx, fmt.Sprintf(`SELECT instance, number, address, extract(epoch FROM now() - heartbeat_at)::float8,
   heartbeat_at > now() - $2::float8 * interval '1 second'

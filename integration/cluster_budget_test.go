@@ -37,11 +37,15 @@ func TestClusterBudgetFollowsLoad(t *testing.T) {
 		}
 	}()
 	var start time.Time
-	eventually(t, 20*time.Second, "pgbench's load to reach instance 0", func() bool {
-		st := ls[0].srv.Pool().Stats(clusterApp)
-		start = time.Now()
-		return st.InUse+st.Waiting > 0
-	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if st := ls[0].srv.Pool().Stats(clusterApp); st.InUse+st.Waiting+st.Dialing > 0 {
+			start = time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pgbench's load did not reach instance 0 within 20 s")
+		}
+	}
 	reached := time.Duration(0)
 	for time.Since(start) < 4*time.Second {
 		if open(0) >= 5 {
