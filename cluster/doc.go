@@ -15,6 +15,10 @@
 //     cluster_slots (per cluster, application and instance: the server
 //     connections and pin slots the instance holds, what it wants — demand —
 //     and the backend pids of the server connections it opened).
+//   - One more connection per instance for recording those pids: the pool
+//     calls back (pool.Manager.OnDial) after each dial of a cluster
+//     application and the pid is appended to the instance's row before the
+//     connection is used; when that fails the connection is closed.
 //   - The run-time limits of the cluster applications in the pool
 //     ([pool.Manager.SetLimit]): an instance's pool never has more open
 //     connections of an application than the slots its row holds.
@@ -33,15 +37,20 @@
 //     still open (the pool never opens more than max(open, limit) after a
 //     lower limit). Together: the application's server connections over all
 //     live instances never exceed its budget, also while slots move.
-//   - A dead instance's slots (no heartbeat for cluster.ttl, by the server's
+//   - Every server backend an instance uses is in its row first. A dead
+//     instance's slots (no heartbeat for cluster.ttl, by the server's
 //     clock) are reclaimed only when its coordination backend is gone from
-//     pg_stat_activity and none of the server backends it recorded is left
-//     (the survivor terminates those with pg_terminate_backend first).
+//     pg_stat_activity and none of the backends in its row is left: the
+//     survivor locks the row (so the instance cannot record another
+//     backend meanwhile), terminates those still there with
+//     pg_terminate_backend, and deletes the row at a later tick when none
+//     is left. This holds even if the "dead" instance still runs: its
+//     backends are gone and it can record no new one.
 //   - An instance whose last successful heartbeat was sent more than
 //     ttl/2 ago (its own monotonic clock) takes nothing new: each tick its
-//     limits fall to the connections it still has open, so it never opens a
-//     connection the others could not see in its row. When PostgreSQL is
-//     unreachable it keeps what it holds.
+//     limits fall to the connections it still has open. When PostgreSQL is
+//     unreachable it keeps what it holds. An instance that finds its rows
+//     gone (reclaimed) sets its limits to 0 and starts from an empty row.
 //
 // Slots follow demand: each tick every instance writes what it wants (in
 // use + dialing + waiting, the peak since its last tick) and computes from
