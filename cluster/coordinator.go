@@ -32,6 +32,7 @@ type Pool interface {
 	Stats(app string) pool.Stats
 	SetLimit(app string, conns, pins int)
 	OnDial(fn func(ctx context.Context, app string, pid uint32) error)
+	DialGate(fn func(app string) (time.Time, error))
 }
 
 // App is one cluster-scoped application as the configuration in force
@@ -84,6 +85,7 @@ type Coordinator struct {
 	conn     *pgx.Conn                     // owned by the loop goroutine
 
 	ensured map[string]bool // apps whose rows this registration wrote (loop goroutine only)
+	dialOK  map[string]bool // apps whose row this registration committed (under mu; dialGate)
 	ticks   int             // ticks run (loop goroutine only)
 
 	recMu sync.Mutex
@@ -134,6 +136,7 @@ func New(opts Options) (*Coordinator, error) {
 		peers:   map[int]string{},
 		apps:    map[string]bool{},
 		ensured: map[string]bool{},
+		dialOK:  map[string]bool{},
 		peak:    map[string]struct{ c, p int }{},
 		slots:   map[string]struct{ c, p int }{},
 	}
@@ -149,6 +152,7 @@ func New(opts Options) (*Coordinator, error) {
 		c.apps[a.Name] = true
 	}
 	opts.Pool.OnDial(c.recordDial)
+	opts.Pool.DialGate(c.dialGate)
 	return c, nil
 }
 
@@ -173,6 +177,7 @@ func (c *Coordinator) Close(ctx context.Context, poolClosed bool) {
 	c.cancel()
 	<-c.done
 	c.opts.Pool.OnDial(nil)
+	c.opts.Pool.DialGate(nil)
 	c.closeRec(ctx)
 	if c.conn == nil {
 		return
@@ -221,6 +226,28 @@ func (c *Coordinator) Snapshot() View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return View{Instances: append([]InstanceView(nil), c.view.Instances...), Slots: append([]SlotView(nil), c.view.Slots...)}
+}
+
+// dialGate is asked by the pool before every dial attempt: a cluster
+// application may dial only while this registration's row is in place and
+// the last successful heartbeat was sent less than ttl/2 ago, and the
+// attempt must end by that send + 0.9 × ttl — before the others, who
+// count ttl from the heartbeat's arrival, could take this instance for
+// dead. So no dial is in flight when a survivor takes this instance's
+// slots (unless the process is frozen mid-dial; see README, Limits).
+func (c *Coordinator) dialGate(app string) (time.Time, error) {
+	if !c.apps[app] {
+		return time.Time{}, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dialOK[app] {
+		return time.Time{}, errors.New("cluster: this instance holds no committed slot row yet")
+	}
+	if c.lastBeat.IsZero() || time.Since(c.lastBeat) > c.opts.TTL/2 {
+		return time.Time{}, errors.New("cluster: this instance's heartbeat is stale; it takes nothing new")
+	}
+	return c.lastBeat.Add(c.opts.TTL * 9 / 10), nil
 }
 
 // recordDial writes the backend pid of a server connection a cluster
@@ -430,6 +457,7 @@ RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id
 	}
 	clear(c.ensured)
 	c.mu.Lock()
+	clear(c.dialOK)
 	again := inserted && c.number != 0
 	c.number = n
 	if again {
@@ -447,6 +475,47 @@ RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id
 	}
 	c.log.Info("cluster: registered", "cluster", c.opts.Cluster, "instance", c.id, "number", n)
 	return nil
+}
+
+// ensureRow makes sure this instance has its slot row for a (once per
+// registration). A missing row — the first time, or after the others
+// reclaimed it — is only written once the pool holds nothing of the
+// application: the limit goes to 0 first, and until every connection it
+// still counts (ghosts of terminated backends, dials in flight, which
+// cannot record themselves without the row) is gone, the row stays
+// absent and ensureRow reports false. A new row starts at 0 slots and
+// the next balance claims what is open (dials waiting at the gate
+// included) before the gate lets a dial through.
+func (c *Coordinator) ensureRow(ctx context.Context, a App) (bool, error) {
+	if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
+		return false, err
+	}
+	var exists bool
+	if err := c.conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3)`, c.t.slots),
+		c.opts.Cluster, a.Name, c.id).Scan(&exists); err != nil {
+		return false, err
+	}
+	if !exists {
+		c.mu.Lock()
+		delete(c.slots, a.Name)
+		c.dialOK[a.Name] = false
+		c.mu.Unlock()
+		c.opts.Pool.SetLimit(a.Name, 0, 0)
+		c.m.setSlots(a.Name, 0)
+		// Dials count as open but have no backend here: the gate refuses
+		// them without the row, and any attempt let through earlier ended
+		// before the others could reclaim the row (dialGate).
+		if st := c.opts.Pool.Stats(a.Name); st.Open-st.Dialing > 0 || st.Pinned > 0 {
+			c.log.Warn("cluster: waiting for this instance's connections to close before it takes slots again", "app", a.Name, "open", st.Open-st.Dialing, "pinned", st.Pinned)
+			return false, nil
+		}
+		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app, instance, usename) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, c.t.slots),
+			c.opts.Cluster, a.Name, c.id, a.User); err != nil {
+			return false, err
+		}
+	}
+	c.ensured[a.Name] = true
+	return true, nil
 }
 
 // slotRow is one row of cluster_slots as balance reads it.
@@ -467,16 +536,10 @@ func (c *Coordinator) balance(ctx context.Context, a App) error {
 	c.mu.Unlock()
 
 	if !c.ensured[a.Name] {
-		// This instance's rows for the application: written once per
-		// registration (a row that later disappears was reclaimed).
-		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app) VALUES ($1, $2) ON CONFLICT DO NOTHING`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
+		ok, err := c.ensureRow(ctx, a)
+		if err != nil || !ok {
 			return err
 		}
-		if _, err := c.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (cluster, app, instance, usename) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, c.t.slots),
-			c.opts.Cluster, a.Name, c.id, a.User); err != nil {
-			return err
-		}
-		c.ensured[a.Name] = true
 	}
 	var newSlots, newPins, share, pinShare int
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
@@ -518,6 +581,9 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 			// backends first): hold nothing; the row is written again at
 			// the next tick.
 			c.ensured[a.Name] = false
+			c.mu.Lock()
+			c.dialOK[a.Name] = false
+			c.mu.Unlock()
 			c.opts.Pool.SetLimit(a.Name, 0, 0)
 			return errRowReclaimed
 		}
@@ -579,6 +645,7 @@ WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
 	}
 	c.mu.Lock()
 	c.slots[a.Name] = struct{ c, p int }{newSlots, newPins}
+	c.dialOK[a.Name] = true
 	c.mu.Unlock()
 	if newSlots != cur.c || newPins != cur.p {
 		c.log.Debug("cluster: slots moved", "app", a.Name, "slots", newSlots, "pins", newPins, "was", cur.c)

@@ -1,6 +1,12 @@
 package pool
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lockpool/lockpool/config"
+)
 
 // Limits a component outside the pool moves at run time (package cluster):
 // an application's budgets may be lowered below the configured ones. The
@@ -84,4 +90,40 @@ func (m *Manager) OnDial(fn func(ctx context.Context, app string, pid uint32) er
 		return
 	}
 	m.onDial.Store(&fn)
+}
+
+// ErrDialGated wraps the error of a dial the DialGate hook refused (it is
+// retried within the application's wait_timeout like a failed dial, and
+// does not count as PostgreSQL being unreachable).
+var ErrDialGated = errors.New("pool: opening a server connection is not allowed now")
+
+// DialGate registers fn, asked before every dial attempt (retries
+// included) of any application: an error refuses the attempt (wrapped in
+// ErrDialGated) before any connection to PostgreSQL is made; a non-zero
+// deadline bounds the attempt (the login must finish by then). The cluster
+// component opens the gate only while its heartbeat is fresh and its row
+// is in place, and ends every attempt before the others could take the
+// instance for dead. fn must not block; nil removes it.
+func (m *Manager) DialGate(fn func(app string) (deadline time.Time, err error)) {
+	if fn == nil {
+		m.gate.Store(nil)
+		return
+	}
+	m.gate.Store(&fn)
+}
+
+// gatedDial is one dial attempt through the DialGate hook.
+func (m *Manager) gatedDial(ctx context.Context, srv config.Server, cfg AppConfig, database string) (*Conn, error) {
+	if f := m.gate.Load(); f != nil {
+		deadline, err := (*f)(cfg.Name)
+		if err != nil {
+			return nil, errors.Join(ErrDialGated, err)
+		}
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+	}
+	return m.dial(ctx, srv, cfg, database)
 }

@@ -94,6 +94,7 @@ type Manager struct {
 
 	limits map[string]limit                                                        // run-time budget caps (limit.go)
 	onDial atomic.Pointer[func(ctx context.Context, app string, pid uint32) error] // OnDial's hook (limit.go)
+	gate   atomic.Pointer[func(app string) (time.Time, error)]                     // DialGate's hook (limit.go)
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
@@ -584,7 +585,7 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		c, err := m.dial(ctx, srv, cfg, database)
+		c, err := m.gatedDial(ctx, srv, cfg, database) // limit.go
 		<-m.dialSem
 		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
 			return c, err
@@ -622,7 +623,7 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) {
 		m.ServerReached("pool", err)
 	}
 	if f := m.onDial.Load(); err == nil && f != nil {
