@@ -46,9 +46,12 @@
 //     pg_terminate_backend, and deletes the row at a later tick when none
 //     is left. This holds even if the "dead" instance still runs: its
 //     backends are gone and it can record no new one.
-//   - An instance whose last successful heartbeat was sent more than
-//     ttl/2 ago (its own monotonic clock) takes nothing new: each tick its
-//     limits fall to the connections it still has open. When PostgreSQL is
+//   - An instance dials only while its row is in place and its last
+//     successful heartbeat was sent less than ttl/2 ago (its own monotonic
+//     clock), and each dial attempt ends by that send + 0.9 × ttl
+//     (pool.Manager.DialGate): no dial of it is in flight when the others
+//     may take it for dead. Each tick with a stale heartbeat its limits
+//     fall to the connections it still has open. When PostgreSQL is
 //     unreachable it keeps what it holds. An instance that finds its rows
 //     gone (reclaimed) sets its limits to 0 and starts from an empty row.
 //

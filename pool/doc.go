@@ -47,8 +47,9 @@
 // lowered budget, and after it returns the application's open count never
 // rises above max(its count then, the cap): a slot is only reserved below
 // the budget, and taking over one of its own idle connections keeps the
-// count. OnDial reports every connection opened (application and backend
-// pid) before it is handed out.
+// count. DialGate is asked before every dial attempt (it may refuse it, or
+// bound it with a deadline), and OnDial after every successful dial, before
+// the connection is handed out (an error closes it and fails the dial).
 //
 // # Pause and the admin views
 //

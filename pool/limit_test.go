@@ -92,3 +92,60 @@ func TestSetLimitZeroWaitsThenServes(t *testing.T) {
 	m.ReleasePin("a")
 	m.Release(c)
 }
+
+// DialGate refuses dial attempts before any connection is made (retried
+// within wait_timeout, so a gate that opens in time serves the client) and
+// bounds an allowed attempt by its deadline; OnDial's error closes the new
+// connection and fails the dial.
+func TestDialGateAndOnDial(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		gateErr   bool // the gate refuses until opened
+		openAfter time.Duration
+		dialErr   bool // OnDial refuses
+		wantErr   bool
+		wantDials int // dials that reached the server
+	}{
+		{name: "open gate, recorded", wantDials: 1},
+		{name: "gate opens within wait_timeout", gateErr: true, openAfter: 150 * time.Millisecond, wantDials: 1},
+		{name: "gate stays closed", gateErr: true, openAfter: time.Hour, wantErr: true, wantDials: 0},
+		{name: "record refused", dialErr: true, wantErr: true, wantDials: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 4, 1, 600*time.Millisecond)}})
+			opened := time.Now().Add(tc.openAfter)
+			m.DialGate(func(string) (time.Time, error) {
+				if tc.gateErr && time.Now().Before(opened) {
+					return time.Time{}, errors.New("closed")
+				}
+				return time.Now().Add(time.Second), nil
+			})
+			var recorded []uint32
+			m.OnDial(func(_ context.Context, app string, pid uint32) error {
+				if tc.dialErr {
+					return errors.New("not recorded")
+				}
+				recorded = append(recorded, pid)
+				return nil
+			})
+			c, err := m.Acquire(context.Background(), "a", "db")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Acquire: %v, want error %v", err, tc.wantErr)
+			}
+			if got := f.dialCount(); got != tc.wantDials {
+				t.Fatalf("%d dials reached the server, want %d", got, tc.wantDials)
+			}
+			if err == nil {
+				if len(recorded) != 1 || recorded[0] != c.PID {
+					t.Fatalf("OnDial saw %v, want [%d]", recorded, c.PID)
+				}
+				m.Release(c)
+			} else if tc.gateErr && !errors.Is(err, ErrDialGated) {
+				t.Fatalf("error %v does not wrap ErrDialGated", err)
+			}
+			waitFor(t, "nothing open after a failed dial", func() bool { return err == nil || (m.Stats("a").Open == 0 && f.openCount("a") == 0) })
+		})
+	}
+}
