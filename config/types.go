@@ -33,6 +33,7 @@ type Config struct {
 	Applications           []Application
 	Leases                 Leases
 	Locks                  Locks
+	Cluster                *Cluster   // cluster: nil when not configured
 	AuthQuery              *AuthQuery // auth_query: nil when not configured
 
 	// Path is the file the config was read from ("" when parsed from bytes).
@@ -79,6 +80,30 @@ type Application struct {
 	WaitTimeout           time.Duration // wait_timeout
 	MaxPreparedStatements int           // max_prepared_statements: per server connection
 	MaxClients            int           // max_clients: logged-in clients of this application (0 = no limit)
+	BudgetScope           string        // budget_scope: instance | cluster
+	MinShare              int           // min_share: connections each live instance keeps (budget_scope cluster)
+}
+
+// ClusterScoped reports whether the application's budgets are shared by
+// the instances of the cluster (budget_scope: cluster).
+func (a *Application) ClusterScoped() bool { return a.BudgetScope == "cluster" }
+
+// Cluster configures the instances that share cluster budgets.
+type Cluster struct {
+	Name      string        // name: instances with the same name share budgets
+	Database  string        // database: where the cluster tables live
+	TTL       time.Duration // ttl: an instance silent this long is dead
+	Heartbeat time.Duration // heartbeat: 0 means TTL/10
+	Advertise string        // advertise: host:port for forwarded cancel requests ("" = the listener's)
+}
+
+// HeartbeatEvery is the heartbeat interval in force: Heartbeat, or TTL/10
+// when Heartbeat is 0.
+func (c *Cluster) HeartbeatEvery() time.Duration {
+	if c.Heartbeat > 0 {
+		return c.Heartbeat
+	}
+	return c.TTL / 10
 }
 
 // Leases configures the lease store.

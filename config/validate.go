@@ -37,6 +37,8 @@ func (p *parser) validate(c *Config) {
 		p.errorf(srv.lineOf("ca_file"), "server.ca_file is only used with server.tls verify-full or require (got %s)", p.quote(srv, "tls", c.Server.TLS))
 	}
 
+	p.validateCluster(c)
+
 	if c.AuthQuery != nil && c.AuthQuery.User == "" {
 		p.errorf(top.lineOf("auth_query"), "auth_query.user is required (the role that runs the lookup)")
 	}

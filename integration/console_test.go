@@ -27,7 +27,7 @@ import (
 
 // consoleShows are the SHOW commands; README.md documents each one's
 // columns in a table under "#### SHOW <NAME>".
-var consoleShows = []string{"POOLS", "APPLICATIONS", "CLIENTS", "SERVERS", "PINS", "LOCKS", "LEASES", "STATS", "CONFIG", "VERSION"}
+var consoleShows = []string{"POOLS", "APPLICATIONS", "CLIENTS", "SERVERS", "PINS", "LOCKS", "LEASES", "STATS", "CLUSTER", "CONFIG", "VERSION"}
 
 // readmeColumns returns the columns README.md documents for SHOW name.
 func readmeColumns(t *testing.T, name string) []string {

@@ -45,6 +45,18 @@
 // in-use connections are released: idle excess is closed at once, in-use
 // excess at its Release.
 //
+// # Run-time limits
+//
+// SetLimit (limit.go) caps an application's MaxConnections and MaxPinned
+// below the configured values, for package cluster, which shares budgets
+// between instances; a reconfiguration keeps the cap. It works like a
+// lowered budget, and after it returns the application's open count never
+// rises above max(its count then, the cap): a slot is only reserved below
+// the budget, and taking over one of its own idle connections keeps the
+// count. DialGate is asked before every dial attempt (it may refuse it, or
+// bound it with a deadline), and OnDial after every successful dial, before
+// the connection is handed out (an error closes it and fails the dial).
+//
 // # Pause and the admin views
 //
 // Pause (the admin console's PAUSE) makes a paused application's Acquire

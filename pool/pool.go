@@ -93,6 +93,10 @@ type Manager struct {
 	headsBuf []*waiter
 	pause    pauseState // PAUSE / RESUME (pause.go)
 
+	limits map[string]limit                                                        // run-time budget caps (limit.go)
+	onDial atomic.Pointer[func(ctx context.Context, app string, pid uint32) error] // OnDial's hook (limit.go)
+	gate   atomic.Pointer[func(app string) (time.Time, error)]                     // DialGate's hook (limit.go)
+
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
 	log     *slog.Logger
@@ -276,6 +280,7 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 	}
 	m.apps[cfg.Name] = a
 	m.appList = append(m.appList, a)
+	m.applyLimitLocked(a, true)
 	return a
 }
 
@@ -590,7 +595,7 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		c, err := m.dial(ctx, srv, cfg, database)
+		c, err := m.gatedDial(ctx, srv, cfg, database) // limit.go
 		<-m.dialSem
 		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
 			return c, err
@@ -628,8 +633,14 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) {
 		m.ServerReached("pool", err)
+	}
+	if f := m.onDial.Load(); err == nil && f != nil {
+		if herr := (*f)(ctx, cfg.Name, c.PID); herr != nil {
+			_ = c.Net.Close()
+			err = herr
+		}
 	}
 	if err != nil {
 		m.mu.Lock()
@@ -1067,6 +1078,7 @@ func (m *Manager) Reconfigure(server config.Server, apps []AppConfig) {
 			toClose = append(toClose, m.closeIdleLocked(a)...)
 		}
 		a.cfg = cfg
+		m.applyLimitLocked(a, true)
 		a.removed = false
 	}
 	for _, a := range m.appList {

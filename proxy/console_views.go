@@ -36,6 +36,7 @@ func (s *Server) adminViews() []adminView {
 		{"LOCKS", func(ctx context.Context) (any, error) { return s.lockRows(ctx) }},
 		{"LEASES", func(context.Context) (any, error) { return s.leaseRows(), nil }},
 		{"STATS", func(context.Context) (any, error) { return s.statsRows(), nil }},
+		{"CLUSTER", func(context.Context) (any, error) { return s.clusterRows(), nil }},
 		{"CONFIG", func(context.Context) (any, error) { return s.Config().Settings(), nil }},
 		{"VERSION", func(context.Context) (any, error) { return []VersionRow{{Version: versionString()}}, nil }},
 	}

@@ -52,6 +52,13 @@
 // loop, so no accepted connection is dropped, and a client it accepted
 // that was not served a statement yet runs one before its 57P01.
 //
+// With a cluster section and a budget_scope: cluster application, New starts
+// the cluster package's Coordinator (cluster.go): it moves those
+// applications' pool limits at run time, SHOW CLUSTER shows its last
+// picture, and a CancelRequest whose key names another instance of the
+// cluster is forwarded to it (clustercancel.go: the instance's number rides
+// in bits 23–30 of the pid register hands out).
+//
 // # States of the server link
 //
 //	           attach (pool.Acquire + parameter sync)

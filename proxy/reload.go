@@ -36,5 +36,7 @@ func restartKeys(old, cur *config.Config) []string {
 	add(old.Server.Port != cur.Server.Port, "server.port")
 	add(old.Server.TLS != cur.Server.TLS, "server.tls")
 	add(old.Server.CAFile != cur.Server.CAFile, "server.ca_file")
+	add(clusterChanged(old, cur), "cluster")
+	add(budgetScopeChanged(old, cur), "applications[].budget_scope")
 	return keys
 }

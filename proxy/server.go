@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/auth"
+	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -111,6 +112,8 @@ type Server struct {
 	nextLoop atomic.Uint32
 
 	consoles map[*console]struct{} // admin console connections (console.go), under mu
+
+	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -163,6 +166,10 @@ func New(opts Options) (*Server, error) {
 	if s.locks, err = newLockManager(opts.Config, logger); err != nil {
 		pm.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
+	}
+	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
+		pm.Close()
+		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -407,16 +414,18 @@ func (s *Server) register(ss *session) bool {
 		}
 		ss.drainAfterTx.Store(true) // accepted before Handoff closed the listener (handoff.go)
 	}
+	var pid uint32
 	for {
 		s.nextPID++
 		if s.nextPID == 0 || s.nextPID > 0x7fffffff {
 			s.nextPID = 0x10000
 		}
-		if _, taken := s.sessions[s.nextPID]; !taken {
+		pid = s.keyPID(s.nextPID) // with the cluster instance's number (clustercancel.go)
+		if _, taken := s.sessions[pid]; !taken {
 			break
 		}
 	}
-	ss.pid = s.nextPID
+	ss.pid = pid
 	ss.connected = time.Now()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -435,6 +444,9 @@ func (s *Server) unregister(ss *session) {
 
 // cancelSession handles a CancelRequest with lockpool's key.
 func (s *Server) cancelSession(pid, secret uint32) {
+	if s.forwardCancel(pid, secret) {
+		return
+	}
 	s.mu.Lock()
 	ss := s.sessions[pid]
 	s.mu.Unlock()
@@ -493,6 +505,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.locks.Close()
 	s.pool.Close()
+	s.stopCluster()
 	s.mu.Lock()
 	loops := s.loops
 	s.mu.Unlock()

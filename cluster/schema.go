@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MigrationLockKey is the pg_advisory_xact_lock key the tables are created
+// under: the lease store's key, so every migration of lockpool's schema is
+// serialised.
+const MigrationLockKey int64 = 0x6c6f636b706f6f6c
+
+// tables holds the quoted names of the cluster tables in one schema.
+type tables struct {
+	schema, instances, apps, slots string
+}
+
+func newTables(schema string) tables {
+	return tables{
+		schema:    pgx.Identifier{schema}.Sanitize(),
+		instances: pgx.Identifier{schema, "cluster_instances"}.Sanitize(),
+		apps:      pgx.Identifier{schema, "cluster_apps"}.Sanitize(),
+		slots:     pgx.Identifier{schema, "cluster_slots"}.Sanitize(),
+	}
+}
+
+// ddl creates the schema and the tables if they do not exist.
+func (t tables) ddl() string {
+	return fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %[1]s;
+CREATE TABLE IF NOT EXISTS %[2]s (
+  cluster text NOT NULL,
+  instance text NOT NULL,
+  number int NOT NULL,
+  address text NOT NULL DEFAULT '',
+  coord_pid int NOT NULL,
+  coord_start timestamptz NOT NULL,
+  started_at timestamptz NOT NULL DEFAULT now(),
+  heartbeat_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (cluster, instance),
+  UNIQUE (cluster, number)
+);
+CREATE TABLE IF NOT EXISTS %[3]s (
+  cluster text NOT NULL,
+  app text NOT NULL,
+  PRIMARY KEY (cluster, app)
+);
+CREATE TABLE IF NOT EXISTS %[4]s (
+  cluster text NOT NULL,
+  app text NOT NULL,
+  instance text NOT NULL,
+  usename text NOT NULL,
+  slots int NOT NULL DEFAULT 0,
+  pins int NOT NULL DEFAULT 0,
+  demand int NOT NULL DEFAULT 0,
+  pin_demand int NOT NULL DEFAULT 0,
+  pids int[] NOT NULL DEFAULT '{}',
+  PRIMARY KEY (cluster, app, instance)
+);`, t.schema, t.instances, t.apps, t.slots)
+}
+
+// migrate creates the tables, once per coordination connection.
+func (t tables) migrate(ctx context.Context, c *pgx.Conn) error {
+	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", MigrationLockKey); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, t.ddl())
+		return err
+	})
+}
