@@ -104,7 +104,8 @@ func (c *Conn) alive() bool {
 	return deadlineAlive(c)
 }
 
-// aliveBy is alive, asking lv first (nil: alive).
+// aliveBy is alive, asked of lv first: its answer when it knows; the
+// peek of alive when lv is nil or does not know.
 func (c *Conn) aliveBy(lv Liveness) bool {
 	if lv != nil {
 		if quiet, known := lv.Quiet(c.Net); known {
