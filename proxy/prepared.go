@@ -115,6 +115,14 @@ func (s *session) onParse(n int) error {
 		s.sout = wire.AppendFrame(s.sout, 'P', body)
 		return nil
 	}
+	return s.onParseNoted(name, query, rest, begins, f)
+}
+
+// onParseNoted handles a Parse that names its statement or that the lexer
+// has something to say about. It is a function of its own so that the
+// common Parse (unnamed, nothing found) allocates nothing: the findings
+// escape here.
+func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
 	nameS := string(name)
 	restCopy := append([]byte(nil), rest...)
 	if f.Lease != nil || f.LeaseMention {

@@ -111,7 +111,8 @@ type session struct {
 	virt     map[string]*virtStmt
 	vportals map[string]*virtPortal
 
-	connected time.Time // when it logged in (SHOW CLIENTS)
+	connected time.Time        // when it logged in (SHOW CLIENTS)
+	wakeFn    func(*evloop.Co) // s.wake, for GoOnReadable at each rest
 
 	// drainAfterTx: the listeners were handed to a successor before this
 	// client was served a statement; it is closed at the idle point after
@@ -148,6 +149,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 // has ended and cleaned up.
 func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
 	s.done = done
+	s.wakeFn = s.wake // made once: a method value allocates
 	s.link.mu.Lock()
 	s.loop, s.sock, s.link.loop = co.Loop(), sock, co.Loop()
 	s.link.mu.Unlock()
@@ -166,7 +168,7 @@ func (s *session) resume(co *evloop.Co) {
 	}
 	for !s.turn() {
 		s.mustRead = true // unless it rests below: the client spoke meanwhile
-		if s.loop.GoOnReadable(s.sock, s.wake) {
+		if s.loop.GoOnReadable(s.sock, s.wakeFn) {
 			s.mustRead = false
 			s.resting = true
 			s.co = nil
