@@ -107,6 +107,19 @@ func (l *serverLink) attach(sc *pool.Conn, st *serverState) error {
 	return nil
 }
 
+// settle moves the link from relaying to attached (the server owes
+// nothing) and returns, under the same lock, the cancel in flight (nil:
+// none), which the session waits for before it gives the connection back
+// or probes it.
+func (l *serverLink) settle() (cancelling chan struct{}, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.toLocked(linkAttached); err != nil {
+		return nil, err
+	}
+	return l.cancelling, nil
+}
+
 // cancelInFlight returns the channel closed when the cancel request in
 // flight ends, or nil when none is.
 func (l *serverLink) cancelInFlight() chan struct{} {

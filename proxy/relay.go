@@ -338,9 +338,12 @@ func (s *session) onReady(body []byte) error {
 // changed settings, and give the connection back unless pinned.
 func (s *session) safePoint() error {
 	sc := s.link.sc
-	s.awaitCancel()
-	if err := s.link.to(linkAttached); err != nil {
+	cancelling, err := s.link.settle()
+	if err != nil {
 		return err
+	}
+	if cancelling != nil {
+		s.offload(func() { <-cancelling }) // see cancelRunning
 	}
 	if s.txStatus == 'I' && (s.needProbe || s.setsPending) {
 		if err := s.link.to(linkProbing); err != nil {
