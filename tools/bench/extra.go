@@ -129,14 +129,8 @@ func errSuffix(s string) string {
 
 // LeaseResult is the lease throughput test.
 type LeaseResult struct {
-	Sessions    int     `json:"sessions"`
-	Seconds     float64 `json:"seconds"`
-	Pairs       int64   `json:"pairs"`
-	PairsPerSec float64 `json:"pairs_per_second"`
-	Errors      int64   `json:"errors"`
-	FirstError  string  `json:"first_error,omitempty"`
-	NullTokens  int64   `json:"null_tokens"`
-	CPUPer1000  float64 `json:"lockpool_cpu_seconds_per_1000_pairs"`
+	PairRun
+	NullTokens int64 `json:"null_tokens"`
 }
 
 // leaseTest runs lease_acquire + lease_release pairs on distinct names from
@@ -144,23 +138,14 @@ type LeaseResult struct {
 // lockpool.
 func leaseTest(o *options, e *env) *LeaseResult {
 	t := e.lockpool
-	n := o.leaseSess
-	r := &LeaseResult{Sessions: n}
-	logf("lease throughput: %d sessions for %ds", n, o.duration)
-	conns := make([]*pgx.Conn, n)
-	for i := range conns {
-		c, err := pgx.Connect(context.Background(), t.dsn())
-		if err != nil {
-			r.FirstError = err.Error()
-			return r
-		}
-		conns[i] = c
+	r := &LeaseResult{PairRun: PairRun{Sessions: o.leaseSess}}
+	logf("lease throughput: %d sessions for %ds", o.leaseSess, o.duration)
+	conns, err := openSessions(t.dsn(), o.leaseSess)
+	if err != nil {
+		r.FirstError = err.Error()
+		return r
 	}
-	defer func() {
-		for _, c := range conns {
-			c.Close(context.Background())
-		}
-	}()
+	defer closeSessions(conns)
 	// Warm up: the first lease call creates the lease table. (Parameters
 	// only: lockpool ignores literal lease arguments in the extended
 	// protocol, see the notes.)
@@ -171,50 +156,24 @@ func leaseTest(o *options, e *env) *LeaseResult {
 	}
 	_, _ = conns[0].Exec(context.Background(), "SELECT lease_release($1)", "bench-warm")
 
-	var pairs, errs, nulls atomic.Int64
-	var firstErr atomic.Value
-	d := time.Duration(o.duration) * time.Second
-	before, _ := testenv.ProcCPUTicks(t.Proc.PID())
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, c := range conns {
-		wg.Add(1)
-		go func(i int, c *pgx.Conn) {
-			defer wg.Done()
-			name := fmt.Sprintf("bench-lease-%d", i)
-			ctx := context.Background()
-			for time.Since(start) < d {
-				var tok *int64
-				if err := c.QueryRow(ctx, "SELECT lease_acquire($1, $2)", name, 60).Scan(&tok); err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				if tok == nil {
-					nulls.Add(1)
-				}
-				var ok bool
-				if err := c.QueryRow(ctx, "SELECT lease_release($1)", name).Scan(&ok); err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				pairs.Add(1)
-			}
-		}(i, c)
+	names := make([]string, len(conns))
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-lease-%d", i)
 	}
-	wg.Wait()
-	r.Seconds = time.Since(start).Seconds()
-	after, _ := testenv.ProcCPUTicks(t.Proc.PID())
-	r.Pairs, r.Errors, r.NullTokens = pairs.Load(), errs.Load(), nulls.Load()
-	if v := firstErr.Load(); v != nil {
-		r.FirstError = v.(string)
-	}
-	r.PairsPerSec = float64(r.Pairs) / r.Seconds
-	if r.Pairs > 0 {
-		r.CPUPer1000 = float64(after-before) / testenv.ClockTicks / float64(r.Pairs) * 1000
-	}
+	var nulls atomic.Int64
+	runPairs(t, conns, time.Duration(o.duration)*time.Second, &r.PairRun, func(ctx context.Context, i int, c *pgx.Conn) error {
+		name := names[i]
+		var tok *int64
+		if err := c.QueryRow(ctx, "SELECT lease_acquire($1, $2)", name, 60).Scan(&tok); err != nil {
+			return err
+		}
+		if tok == nil {
+			nulls.Add(1)
+		}
+		var ok bool
+		return c.QueryRow(ctx, "SELECT lease_release($1)", name).Scan(&ok)
+	})
+	r.NullTokens = nulls.Load()
 	logf("lease throughput: %.0f pairs/s (%d pairs, %d errors)%s", r.PairsPerSec, r.Pairs, r.Errors, errSuffix(r.FirstError))
 	return r
 }
