@@ -104,15 +104,20 @@ func (c *Conn) alive() bool {
 	return deadlineAlive(c)
 }
 
-// aliveBy is alive, asked of lv first: its answer when it knows; the
-// peek of alive when lv is nil or does not know.
-func (c *Conn) aliveBy(lv Liveness) bool {
+// aliveAfterIdle reports whether c, idle since c.idleSince, may be handed
+// out. lv, when it knows (an event loop's record of the socket), answers
+// with no system call and is always asked; otherwise a connection idle
+// longer than livenessAfter is peeked (alive).
+func (c *Conn) aliveAfterIdle(lv Liveness, now func() time.Time) bool {
+	if c.idleSince.IsZero() {
+		return true
+	}
 	if lv != nil {
 		if quiet, known := lv.Quiet(c.Net); known {
 			return quiet && (c.Reader == nil || c.Reader.Buffered() == 0)
 		}
 	}
-	return c.alive()
+	return now().Sub(c.idleSince) <= livenessAfter || c.alive()
 }
 
 // deadlineAlive is the portable fallback: a bufio Peek with a 1 ms

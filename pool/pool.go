@@ -410,7 +410,7 @@ func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	a.inUse++
 	m.mu.Unlock()
 	a.observeWait(0)
-	if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.aliveBy(lv) {
+	if !c.aliveAfterIdle(lv, m.now) {
 		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 		m.Destroy(c)
 		return nil
@@ -511,7 +511,7 @@ func (m *Manager) giveBack(a *appPool, g grant) {
 func (m *Manager) useGrant(ctx context.Context, a *appPool, database string, g grant) (c *Conn, retry bool, err error) {
 	if g.c != nil {
 		c = g.c
-		if !c.idleSince.IsZero() && m.now().Sub(c.idleSince) > livenessAfter && !c.alive() {
+		if !c.aliveAfterIdle(nil, m.now) {
 			m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 			m.Destroy(c)
 			return nil, true, nil

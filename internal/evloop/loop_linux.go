@@ -62,10 +62,14 @@ type Loop struct {
 	run    []func()
 	fds    []slot // by descriptor number
 	timers timerHeap
-	flushq []*Conn   // connections with deferred writes this turn
-	spare  []*Co     // finished coroutines, kept to run the next Go
-	lastGo time.Time // when Go last ran (spares go after spareIdle)
-	live   int       // coroutines started and not finished
+	flushq []*Conn // connections with deferred writes this turn
+	spare  []*Co   // finished coroutines, kept to run the next Go
+	// Spares go after spareIdle with no Go: goRan says Go ran since an
+	// idle turn last looked; idleSince is when an idle turn first found it
+	// had not (the clock is read on idle turns only).
+	goRan     bool
+	idleSince time.Time
+	live      int // coroutines started and not finished
 }
 
 // slot is the loop's view of one descriptor homed on it.
@@ -141,29 +145,35 @@ func (l *Loop) Run() {
 			l.dropSpares()
 			return
 		}
-		n := l.poll()
+		l.flush() // what the posted functions wrote
+		n := l.wait()
 		if len(l.timers) > 0 {
 			l.fireTimers(time.Now())
 		}
-		if n == 0 {
-			l.flush()
-			l.mu.Lock()
-			pending := len(l.posted) > 0
-			l.parked = !pending
-			l.mu.Unlock()
-			if pending {
-				continue
-			}
-			n = l.park()
-			l.mu.Lock()
-			l.parked = false
-			l.mu.Unlock()
-		}
 		l.dispatch(n)
-		if n == 0 && len(l.spare) > 0 && time.Since(l.lastGo) >= spareIdle {
-			l.dropSpares()
+		if n == 0 && len(l.spare) > 0 {
+			l.idleTurn()
 		}
 	}
+}
+
+// wait takes what epoll has ready: it waits in epoll_wait (park) unless
+// something was posted since runPosted (then it only polls). One system
+// call per turn, busy or idle, as PgBouncer's loop makes: a busy loop's
+// epoll_wait returns at once.
+func (l *Loop) wait() int {
+	l.mu.Lock()
+	pending := len(l.posted) > 0
+	l.parked = !pending
+	l.mu.Unlock()
+	if pending {
+		return l.poll()
+	}
+	n := l.park()
+	l.mu.Lock()
+	l.parked = false
+	l.mu.Unlock()
+	return n
 }
 
 // poll takes what epoll has ready without waiting (a raw syscall: it
@@ -294,7 +304,7 @@ const maxSpareWorkers = 256
 // function given to Go: starting one costs a coroutine switch, not a new
 // goroutine (whose creation would wake an idle P's thread).
 func (l *Loop) Go(fn func(co *Co)) {
-	l.lastGo = time.Now()
+	l.goRan = true
 	if n := len(l.spare); n > 0 {
 		co := l.spare[n-1]
 		l.spare[n-1] = nil
@@ -325,6 +335,20 @@ func (l *Loop) Go(fn func(co *Co)) {
 	})
 	l.live++
 	l.resume(co)
+}
+
+// idleTurn lets the spare coroutines go once no Go ran for spareIdle.
+func (l *Loop) idleTurn() {
+	now := time.Now()
+	if l.goRan || l.idleSince.IsZero() {
+		l.goRan = false
+		l.idleSince = now
+		return
+	}
+	if now.Sub(l.idleSince) >= spareIdle {
+		l.dropSpares()
+		l.idleSince = time.Time{}
+	}
 }
 
 // dropSpares ends the spare coroutines (their goroutines exit).

@@ -65,6 +65,9 @@ type Reader struct {
 	// with its own release delay.
 	deadline time.Time
 	applied  time.Time // the read deadline last set on c
+	// waiting: Borrow was told bytes are waiting, so the next read goes
+	// straight into the buffer with no release delay (and no clock read).
+	waiting bool
 }
 
 // SetDeadline sets the limit for the client's next byte: a read that
@@ -124,8 +127,12 @@ func (b *Reader) Release() {
 
 // Borrow takes a buffer now, for a caller that knows bytes are waiting
 // (an event loop woke it for them): the next read fills the buffer at
-// once instead of first reading one byte without one.
-func (b *Reader) Borrow() { b.take() }
+// once, with the owner's deadline only, instead of first waiting the
+// release delay or reading one byte without a buffer.
+func (b *Reader) Borrow() {
+	b.take()
+	b.waiting = true
+}
 
 func (b *Reader) take() {
 	if b.bp == nil {
@@ -141,7 +148,11 @@ func (b *Reader) fill() error {
 	if b.err != nil {
 		return b.err
 	}
-	if b.bp != nil && b.r == b.w && b.releaseAfter > 0 {
+	// idleWait: the buffer is empty and the client may stay silent, so
+	// the read may give the buffer back.
+	idleWait := b.r == b.w && b.releaseAfter > 0 && !b.waiting
+	b.waiting = false
+	if b.bp != nil && idleWait {
 		b.r, b.w = 0, 0
 		// The release delay is for this wait only; the next read goes
 		// back to the owner's deadline (setReadDeadline below), so the
@@ -169,7 +180,7 @@ func (b *Reader) fill() error {
 		// Silent for releaseAfter: wait on without the buffer.
 	}
 	b.setReadDeadline(b.deadline)
-	if b.bp == nil || (b.r == b.w && b.releaseAfter > 0) {
+	if b.bp == nil || idleWait {
 		b.Release()
 		n, err := b.c.Read(b.one[:])
 		if n == 0 {

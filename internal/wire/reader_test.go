@@ -198,6 +198,37 @@ func TestReaderClearsDeadlineAfterIdleWait(t *testing.T) {
 	}
 }
 
+func TestReaderBorrowReadsAtOnce(t *testing.T) {
+	// An event loop woke the owner because bytes are waiting: the read
+	// goes into the whole buffer with no release delay, so no clock read
+	// and no deadline set. The message after it waits idle as usual.
+	c := newScriptConn(string(AppendQuery(nil, "SELECT 1")))
+	r := NewReader(c, NewBufferPool(64), nil)
+	r.Borrow()
+	if got := <-readAsync(r); got.err != nil || got.typ != 'Q' || got.body != "SELECT 1\x00" {
+		t.Fatalf("message: %+v", got)
+	}
+	select {
+	case n := <-c.reads:
+		if n != 64 {
+			t.Fatalf("borrowed read of %d bytes, want the whole buffer (64)", n)
+		}
+	default:
+		t.Fatal("the borrowed read ran under a deadline (the release delay)")
+	}
+	if c.setCalls != 0 {
+		t.Fatalf("%d SetReadDeadline calls for a borrowed read, want 0", c.setCalls)
+	}
+	res := readAsync(r)
+	if n := waitRead(t, c, res); n != 1 {
+		t.Fatalf("next idle wait reads %d bytes, want 1 (the buffer given back)", n)
+	}
+	c.data <- AppendSync(nil)
+	if got := <-res; got.err != nil || got.typ != 'S' {
+		t.Fatalf("second message: %+v", got)
+	}
+}
+
 func TestReaderWithoutRelease(t *testing.T) {
 	c := newScriptConn(string(AppendQuery(nil, "a")))
 	r := NewReader(c, NewBufferPool(64), nil)
