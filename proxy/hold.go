@@ -220,19 +220,7 @@ func (s *session) onHeldParse(f *rewrite.Findings, name string, rest []byte) err
 			return s.fail(pe, false)
 		}
 	}
-	vs := &virtStmt{hold: f.Hold, types: types}
-	if s.virt == nil {
-		s.virt = make(map[string]*virtStmt)
-	}
-	prev := s.virt[name]
-	s.virt[name] = vs
-	s.pushLocal(msgParseComplete, func() {
-		if prev != nil {
-			s.virt[name] = prev
-		} else {
-			delete(s.virt, name)
-		}
-	})
+	s.prepareVirtual(name, &virtStmt{hold: f.Hold, types: types})
 	return nil
 }
 

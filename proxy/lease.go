@@ -414,20 +414,27 @@ func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) er
 			}
 		}
 	}
+	s.prepareVirtual(name, vs)
+	return nil
+}
+
+// prepareVirtual registers vs, a statement lockpool answers itself, under
+// name and owes the client its ParseComplete. Should an earlier error in
+// the batch skip that reply, the Parse never happened: the name goes back
+// to what it was.
+func (s *session) prepareVirtual(name string, vs *virtStmt) {
 	if s.virt == nil {
 		s.virt = make(map[string]*virtStmt)
 	}
 	prev := s.virt[name]
 	s.virt[name] = vs
 	s.pushLocal(msgParseComplete, func() {
-		// Skipped after an error: the Parse never happened.
 		if prev != nil {
 			s.virt[name] = prev
 		} else {
 			delete(s.virt, name)
 		}
 	})
-	return nil
 }
 
 // virtualStmt returns the lease call prepared under name, if any.

@@ -99,19 +99,11 @@ closed:
 		}
 		c.Cast = strings.ReplaceAll(strings.Join(parts, " "), " . ", ".")
 	}
-	if s.kw(i, "as") {
-		i++
-		if !isIdentTok(s.kind(i)) {
-			return nil
-		}
-	}
-	if isIdentTok(s.kind(i)) && !(st[i].kind == tIdent && clauseWord(src[st[i].pos:st[i].end])) {
-		c.Alias, _ = identValue(src, st[i])
-		i++
-	}
-	if i != len(st) {
+	alias, ok := s.aliasToEnd(i)
+	if !ok {
 		return nil
 	}
+	c.Alias = alias
 	return c
 }
 

@@ -19,6 +19,23 @@ func (s stmt) kind(i int) tokKind {
 	return s.st[i].kind
 }
 
+// aliasToEnd reads an optional column alias ([AS] name) at token i and
+// reports whether the statement ends right after it; alias is decoded, ""
+// when there is none.
+func (s stmt) aliasToEnd(i int) (alias string, ok bool) {
+	if s.kw(i, "as") {
+		i++
+		if !isIdentTok(s.kind(i)) {
+			return "", false
+		}
+	}
+	if isIdentTok(s.kind(i)) && !(s.st[i].kind == tIdent && clauseWord(s.src[s.st[i].pos:s.st[i].end])) {
+		alias, _ = identValue(s.src, s.st[i])
+		i++
+	}
+	return alias, i == len(s.st)
+}
+
 // set handles SET statements.
 func (a *analyzer) set(src string, st []token) {
 	s := stmt{src, st}
@@ -324,18 +341,10 @@ func wholeLease(src string, st []token) *LeaseCall {
 			break
 		}
 	}
-	if s.kw(i, "as") {
-		i++
-		if !isIdentTok(s.kind(i)) {
-			return nil
-		}
-	}
-	if isIdentTok(s.kind(i)) && !(st[i].kind == tIdent && clauseWord(src[st[i].pos:st[i].end])) {
-		c.Alias, _ = identValue(src, st[i])
-		i++
-	}
-	if i != len(st) {
+	alias, ok := s.aliasToEnd(i)
+	if !ok {
 		return nil
 	}
+	c.Alias = alias
 	return c
 }
