@@ -56,6 +56,7 @@ type Loop struct {
 	parked  bool // the loop waits (or is about to wait) in epoll_wait
 	woken   bool // an eventfd wake-up is pending
 	wakes   int  // eventfd wake-ups written (for tests)
+	idle    int  // waits handed to the netpoller (for tests)
 	stopped bool
 
 	events []unix.EpollEvent
@@ -96,6 +97,13 @@ func New() (*Loop, error) {
 		_ = unix.Close(epfd)
 		_ = unix.Close(efd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	// Non-blocking so that os.NewFile puts a duplicate of it in the
+	// netpoller (parkIdle); epoll_wait itself ignores the flag.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(efd)
+		return nil, os.NewSyscallError("fcntl", err)
 	}
 	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256)}, nil
 }
@@ -191,15 +199,23 @@ func (l *Loop) poll() int {
 	}
 }
 
-// park waits in epoll_wait until a socket is ready, something is posted or
-// the earliest timer is due. The loop's own thread blocks in the kernel, as
+// busyWait is how long park waits in epoll_wait on the loop's own thread
+// before it hands the wait to Go's netpoller (parkIdle). It is below the
+// runtime's 10 ms preemption period: a loop with work keeps its thread,
+// and an idle loop stops being preempted 100 times a second.
+const busyWait = 5 * time.Millisecond
+
+// park waits until a socket is ready, something is posted or the earliest
+// timer is due. First the loop's own thread blocks in epoll_wait, as
 // PgBouncer's does: a wake-up goes straight to it, with no netpoller thread
-// and no scheduler hand-off in between. The wait is a raw syscall, so the
+// and no scheduler hand-off in between. That wait is a raw syscall, so the
 // runtime keeps the loop's P with it (a retaken P would move the loop to
-// another thread at its next wake-up: two thread switches). The runtime's
-// preemption signal ends the wait (EINTR) when a stop-the-world needs the
-// P, and the server runs one P more than it has loops for its other
-// goroutines (logins, offloaded waits, timers, the admin server).
+// another thread at its next wake-up: two thread switches); the runtime's
+// preemption signal ends it (EINTR) when a stop-the-world needs the P, and
+// the server runs one P more than it has loops for its other goroutines
+// (logins, offloaded waits, timers, the admin server). A loop that stays
+// idle for busyWait then waits in the netpoller (parkIdle), which lets its
+// P and thread go: the runtime sees a running P only while it has work.
 func (l *Loop) park() int {
 	ms := -1
 	if len(l.timers) > 0 {
@@ -209,14 +225,56 @@ func (l *Loop) park() int {
 		}
 		ms = int((d + time.Millisecond - 1) / time.Millisecond)
 	}
-	if len(l.spare) > 0 && (ms < 0 || ms > int(spareIdle/time.Millisecond)) {
-		ms = int(spareIdle / time.Millisecond) // wake to let idle spares go
+	if spare := int(spareIdle / time.Millisecond); len(l.spare) > 0 && (ms < 0 || ms > spare) {
+		ms = spare // wake to let idle spares go
 	}
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), uintptr(ms), 0, 0)
-	if e != 0 {
+	wait := int(busyWait / time.Millisecond)
+	if ms >= 0 && ms < wait {
+		wait = ms
+	}
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), uintptr(wait), 0, 0)
+	switch {
+	case e != 0:
 		return 0 // EINTR: a signal; the caller loops
+	case r > 0 || wait == ms:
+		return int(r) // events, or the deadline came
 	}
-	return int(r)
+	var deadline time.Time
+	if ms >= 0 {
+		deadline = time.Now().Add(time.Duration(ms-wait) * time.Millisecond)
+	}
+	return l.parkIdle(deadline)
+}
+
+// parkIdle waits in Go's netpoller until the loop's epoll has something
+// (a socket, the eventfd of a Post) or the deadline (zero: none) passes.
+// The netpoller gets a duplicate of the epoll descriptor for this wait
+// only: registered for good, every event of a busy loop would also wake
+// the runtime's netpoller thread.
+func (l *Loop) parkIdle(deadline time.Time) int {
+	l.mu.Lock()
+	l.idle++
+	l.mu.Unlock()
+	fd, err := unix.FcntlInt(uintptr(l.epfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	f := os.NewFile(uintptr(fd), "epoll")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(deadline) != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Read(func(fd uintptr) bool {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+		if e != 0 {
+			return e != unix.EINTR
+		}
+		n = int(r)
+		return n > 0
+	}) // an error is the deadline: nothing ready
+	return n
 }
 
 // runPosted runs the posted functions; it reports whether the loop stops.

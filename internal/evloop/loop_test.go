@@ -476,3 +476,102 @@ func TestPostWakesOnlyParkedLoop(t *testing.T) {
 		t.Fatalf("%d eventfd wake-ups for a post to a parked loop and one from the loop itself, want 1", wakes-before)
 	}
 }
+
+// TestIdleLoopWaitsInNetpoller: a loop idle for busyWait hands its wait to
+// Go's netpoller (its thread and P go free, and the runtime stops
+// preempting it), and from there a socket, a post and a timer each still
+// wake it.
+func TestIdleLoopWaitsInNetpoller(t *testing.T) {
+	l := startLoop(t)
+	idleWaits := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.idle
+	}
+	waitIdle := func(after int) int {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if n := idleWaits(); n > after {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the idle loop never waited in the netpoller")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	c, peer := pair(t)
+	var echo func(co *Co)
+	echo = func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		b := make([]byte, 1)
+		if _, err := c.Read(b); err != nil {
+			return
+		}
+		if _, err := c.Write(b); err != nil {
+			t.Error(err)
+			return
+		}
+		c.Unbind()
+		if !l.GoOnReadable(c, echo) {
+			echo(co)
+		}
+	}
+	run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		c.Unbind()
+		if !l.GoOnReadable(c, echo) {
+			echo(co)
+		}
+	})
+
+	n := waitIdle(0)
+	// The netpoller wait blocks: an idle loop does not come back every
+	// busyWait (as it would if the descriptor were not pollable there).
+	time.Sleep(20 * busyWait)
+	if m := idleWaits(); m > n+1 {
+		t.Fatalf("%d netpoller waits in %v of idleness, want at most 1 more", m-n, 20*busyWait)
+	}
+	n = idleWaits()
+	for i := 0; i < 3; i++ {
+		if _, err := peer.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(peer, b); err != nil || b[0] != byte('a'+i) {
+			t.Fatalf("echo %d from an idle loop: %q %v", i, b, err)
+		}
+		n = waitIdle(n)
+	}
+
+	ran := make(chan struct{})
+	l.Post(func() { close(ran) })
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a post did not wake the idle loop")
+	}
+	waitIdle(n)
+
+	const timer = 50 * time.Millisecond
+	start := time.Now()
+	parked := make(chan error, 1)
+	run(l, func(co *Co) { parked <- co.Park(time.Now().Add(timer)) })
+	select {
+	case err := <-parked:
+		if !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) < timer {
+			t.Fatalf("Park on an idle loop ended after %v with %v, want the deadline (%v)", time.Since(start), err, timer)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a timer did not wake the idle loop")
+	}
+}
