@@ -57,6 +57,50 @@ func run(l *Loop, fn func(co *Co)) chan struct{} {
 	return done
 }
 
+// echoOnReadable serves c on l with no coroutine held between bytes: each
+// byte the peer sends starts a coroutine (GoOnReadable) that echoes it.
+func echoOnReadable(t *testing.T, l *Loop, c *Conn) {
+	var serve func(co *Co, echo bool)
+	serve = func(co *Co, echo bool) {
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		if echo {
+			b := make([]byte, 1)
+			if _, err := c.Read(b); err != nil {
+				if err != io.EOF {
+					t.Error(err)
+				}
+				return
+			}
+			if _, err := c.Write(b); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		c.Unbind()
+		next := func(co *Co) { serve(co, true) }
+		if !l.GoOnReadable(c, next) {
+			next(co) // readable already: serve on this coroutine
+		}
+	}
+	run(l, func(co *Co) { serve(co, false) })
+}
+
+// echoRound sends b to the echo server behind peer and expects it back.
+func echoRound(t *testing.T, peer net.Conn, b byte) {
+	t.Helper()
+	if _, err := peer.Write([]byte{b}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(peer, got); err != nil || got[0] != b {
+		t.Fatalf("echo of %q: %q %v", b, got, err)
+	}
+}
+
 func TestEchoManyCoroutines(t *testing.T) {
 	loops := []*Loop{startLoop(t), startLoop(t)}
 	const clients, rounds = 40, 200
@@ -290,42 +334,9 @@ func TestWaitReadableEither(t *testing.T) {
 func TestGoOnReadableRestartsIdleConn(t *testing.T) {
 	l := startLoop(t)
 	c, peer := pair(t)
-	var serveTurn func(co *Co)
-	turns := 0
-	serveTurn = func(co *Co) {
-		turns++
-		if err := c.Bind(co); err != nil {
-			t.Error(err)
-			return
-		}
-		b := make([]byte, 1)
-		if turns > 1 {
-			if _, err := c.Read(b); err != nil {
-				if err != io.EOF {
-					t.Errorf("turn %d: %v", turns, err)
-				}
-				return
-			}
-			if _, err := c.Write(b); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-		c.Unbind()
-		if !l.GoOnReadable(c, serveTurn) {
-			serveTurn(co) // readable already: serve on this coroutine
-		}
-	}
-	run(l, serveTurn)
+	echoOnReadable(t, l, c)
 	for i := 0; i < 3; i++ {
-		if _, err := peer.Write([]byte{byte('a' + i)}); err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, 1)
-		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.ReadFull(peer, b); err != nil || b[0] != byte('a'+i) {
-			t.Fatalf("round %d: %q %v", i, b, err)
-		}
+		echoRound(t, peer, byte('a'+i))
 	}
 }
 
@@ -503,35 +514,7 @@ func TestIdleLoopWaitsInNetpoller(t *testing.T) {
 	}
 
 	c, peer := pair(t)
-	var echo func(co *Co)
-	echo = func(co *Co) {
-		if err := c.Bind(co); err != nil {
-			t.Error(err)
-			return
-		}
-		b := make([]byte, 1)
-		if _, err := c.Read(b); err != nil {
-			return
-		}
-		if _, err := c.Write(b); err != nil {
-			t.Error(err)
-			return
-		}
-		c.Unbind()
-		if !l.GoOnReadable(c, echo) {
-			echo(co)
-		}
-	}
-	run(l, func(co *Co) {
-		if err := c.Bind(co); err != nil {
-			t.Error(err)
-			return
-		}
-		c.Unbind()
-		if !l.GoOnReadable(c, echo) {
-			echo(co)
-		}
-	})
+	echoOnReadable(t, l, c)
 
 	n := waitIdle(0)
 	// The netpoller wait blocks: an idle loop does not come back every
@@ -542,14 +525,7 @@ func TestIdleLoopWaitsInNetpoller(t *testing.T) {
 	}
 	n = idleWaits()
 	for i := 0; i < 3; i++ {
-		if _, err := peer.Write([]byte{byte('a' + i)}); err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, 1)
-		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.ReadFull(peer, b); err != nil || b[0] != byte('a'+i) {
-			t.Fatalf("echo %d from an idle loop: %q %v", i, b, err)
-		}
+		echoRound(t, peer, byte('a'+i))
 		n = waitIdle(n)
 	}
 
