@@ -10,9 +10,10 @@
 //     straight to the thread that handles it, and a busy loop reads and
 //     writes in place, as PgBouncer's single epoll loop does. The runtime
 //     needs one P more than there are loops for everything else. A loop
-//     that has had nothing to do for 5 ms waits in Go's netpoller instead
-//     (its epoll descriptor is readable there), so an idle process holds
-//     no P and the runtime does not preempt its loops every 10 ms.
+//     that has had nothing to do for a second waits in Go's netpoller
+//     instead (a duplicate of its epoll descriptor is readable there), so
+//     an idle process holds no P and the runtime does not preempt its
+//     loops every 10 ms.
 //   - Co: a coroutine (iter.Pull) that runs one session's code in the
 //     plain blocking style. A read or write that would block yields to the
 //     loop; the loop resumes the coroutine when epoll says the socket is

@@ -70,7 +70,9 @@ type Loop struct {
 	// had not (the clock is read on idle turns only).
 	goRan     bool
 	idleSince time.Time
-	live      int // coroutines started and not finished
+	quiet     int           // consecutive empty busyWait waits (park)
+	idleAfter time.Duration // idleAfter, shorter in tests
+	live      int           // coroutines started and not finished
 }
 
 // slot is the loop's view of one descriptor homed on it.
@@ -105,7 +107,7 @@ func New() (*Loop, error) {
 		_ = unix.Close(efd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256)}, nil
+	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256), idleAfter: idleAfter}, nil
 }
 
 // Post runs fn on the loop goroutine, soon. Any goroutine may call it. It
@@ -199,11 +201,18 @@ func (l *Loop) poll() int {
 	}
 }
 
-// busyWait is how long park waits in epoll_wait on the loop's own thread
-// before it hands the wait to Go's netpoller (parkIdle). It is below the
-// runtime's 10 ms preemption period: a loop with work keeps its thread,
-// and an idle loop stops being preempted 100 times a second.
-const busyWait = 5 * time.Millisecond
+// busyWait is the longest park waits in epoll_wait on the loop's own
+// thread at a time, and idleAfter how long a loop must have found nothing
+// (consecutive empty waits) before it hands the wait to Go's netpoller
+// (parkIdle). A loop with traffic keeps its thread; a loop with none stops
+// being preempted by the runtime 100 times a second. Handing over costs a
+// few system calls and a scheduler wake-up at the next event, so it is
+// kept for a loop that is really idle: traffic of one transaction a
+// second never pays it.
+const (
+	busyWait  = 5 * time.Millisecond
+	idleAfter = time.Second
+)
 
 // park waits until a socket is ready, something is posted or the earliest
 // timer is due. First the loop's own thread blocks in epoll_wait, as
@@ -213,9 +222,10 @@ const busyWait = 5 * time.Millisecond
 // another thread at its next wake-up: two thread switches); the runtime's
 // preemption signal ends it (EINTR) when a stop-the-world needs the P, and
 // the server runs one P more than it has loops for its other goroutines
-// (logins, offloaded waits, timers, the admin server). A loop that stays
-// idle for busyWait then waits in the netpoller (parkIdle), which lets its
-// P and thread go: the runtime sees a running P only while it has work.
+// (logins, offloaded waits, timers, the admin server). A loop that has
+// found nothing for idleAfter then waits in the netpoller (parkIdle),
+// which lets its P and thread go: the runtime sees a running P only while
+// the loop has traffic.
 func (l *Loop) park() int {
 	ms := -1
 	if len(l.timers) > 0 {
@@ -236,9 +246,16 @@ func (l *Loop) park() int {
 	switch {
 	case e != 0:
 		return 0 // EINTR: a signal; the caller loops
-	case r > 0 || wait == ms:
-		return int(r) // events, or the deadline came
+	case r > 0:
+		l.quiet = 0
+		return int(r)
+	case wait == ms:
+		return 0 // the deadline came
 	}
+	if l.quiet++; time.Duration(l.quiet)*busyWait < l.idleAfter {
+		return 0
+	}
+	l.quiet = 0
 	var deadline time.Time
 	if ms >= 0 {
 		deadline = time.Now().Add(time.Duration(ms-wait) * time.Millisecond)

@@ -488,12 +488,19 @@ func TestPostWakesOnlyParkedLoop(t *testing.T) {
 	}
 }
 
-// TestIdleLoopWaitsInNetpoller: a loop idle for busyWait hands its wait to
+// TestIdleLoopWaitsInNetpoller: a loop idle for a while hands its wait to
 // Go's netpoller (its thread and P go free, and the runtime stops
 // preempting it), and from there a socket, a post and a timer each still
 // wake it.
 func TestIdleLoopWaitsInNetpoller(t *testing.T) {
-	l := startLoop(t)
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 50 * time.Millisecond
+	l.idleAfter = idle // idleAfter is a second
+	go l.Run()
+	t.Cleanup(l.Stop)
 	idleWaits := func() int {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -518,10 +525,10 @@ func TestIdleLoopWaitsInNetpoller(t *testing.T) {
 
 	n := waitIdle(0)
 	// The netpoller wait blocks: an idle loop does not come back every
-	// busyWait (as it would if the descriptor were not pollable there).
-	time.Sleep(20 * busyWait)
+	// idle period (as it would if the descriptor were not pollable there).
+	time.Sleep(8 * idle)
 	if m := idleWaits(); m > n+1 {
-		t.Fatalf("%d netpoller waits in %v of idleness, want at most 1 more", m-n, 20*busyWait)
+		t.Fatalf("%d netpoller waits in %v of idleness, want at most 1 more", m-n, 8*idle)
 	}
 	n = idleWaits()
 	for i := 0; i < 3; i++ {
