@@ -53,7 +53,7 @@ type Loop struct {
 
 	mu      sync.Mutex
 	posted  []func()
-	parked  bool // the loop waits (or is about to wait) in epoll_wait
+	parked  bool // the loop waits (or is about to wait): in epoll_wait or, idle, in the netpoller
 	woken   bool // an eventfd wake-up is pending
 	wakes   int  // eventfd wake-ups written (for tests)
 	idle    int  // waits handed to the netpoller (for tests)

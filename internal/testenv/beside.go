@@ -2,16 +2,13 @@ package testenv
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // StartLockpoolBeside runs another [LockpoolBinary] process with p's
@@ -21,24 +18,15 @@ import (
 // It is killed when t ends, and its log shown if t failed.
 func StartLockpoolBeside(t *testing.T, p *LockpoolProcess) *LockpoolProcess {
 	t.Helper()
-	n := &LockpoolProcess{Port: p.Port, ConfigPath: p.ConfigPath, Log: &LogBuffer{Echo: os.Getenv("LOCKPOOL_TEST_LOG") != ""}}
-	cmd := exec.Command(LockpoolBinary(t), "-config", p.ConfigPath)
-	cmd.Stdout = n.Log
-	cmd.Stderr = n.Log
-	proc, err := StartProcess(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Process = proc
+	n := &LockpoolProcess{Port: p.Port, ConfigPath: p.ConfigPath}
+	n.launch(t, LockpoolBinary(t))
 	t.Cleanup(func() {
 		n.Kill()
 		if t.Failed() {
 			t.Logf("lockpool process %d log:\n%s", n.PID(), n.Log.String())
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if !n.Log.WaitFor(ctx, "lockpool listening", n.Done()) {
+	if !n.listening() {
 		t.Fatalf("lockpool beside pid %d did not start listening (exit: %v):\n%s", p.PID(), n.Err(), n.Log.String())
 	}
 	return n

@@ -259,19 +259,8 @@ func StartLockpoolProcess(t *testing.T, config func(port int) string, args ...st
 		if err := os.WriteFile(p.ConfigPath, []byte(config(p.Port)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p.Log = &LogBuffer{Echo: os.Getenv("LOCKPOOL_TEST_LOG") != ""}
-		cmd := exec.Command(bin, append([]string{"-config", p.ConfigPath}, args...)...)
-		cmd.Stdout = p.Log
-		cmd.Stderr = p.Log
-		proc, err := StartProcess(cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Process = proc
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		listening := p.Log.WaitFor(ctx, "lockpool listening", p.Done())
-		cancel()
-		if listening {
+		p.launch(t, bin, args...)
+		if p.listening() {
 			break
 		}
 		p.Kill()
@@ -287,4 +276,27 @@ func StartLockpoolProcess(t *testing.T, config func(port int) string, args ...st
 		}
 	})
 	return p
+}
+
+// launch starts bin with p's configuration file and args, its output in a
+// fresh p.Log.
+func (p *LockpoolProcess) launch(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	p.Log = &LogBuffer{Echo: os.Getenv("LOCKPOOL_TEST_LOG") != ""}
+	cmd := exec.Command(bin, append([]string{"-config", p.ConfigPath}, args...)...)
+	cmd.Stdout = p.Log
+	cmd.Stderr = p.Log
+	proc, err := StartProcess(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Process = proc
+}
+
+// listening waits up to 20 s for p to log that it listens; false when it
+// exited first or the time passed.
+func (p *LockpoolProcess) listening() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return p.Log.WaitFor(ctx, "lockpool listening", p.Done())
 }
