@@ -35,6 +35,7 @@ import (
 type options struct {
 	out              string
 	duration         int // pgbench -T seconds
+	rounds           int // runs of each row per target, alternating; the row reports medians
 	clients          []int
 	scripts          []string // select, tpcb
 	modes            []string // simple, extended, prepared
@@ -84,6 +85,7 @@ type Machine struct {
 // Settings are the knobs of the run.
 type Settings struct {
 	DurationSec     int      `json:"pgbench_T"`
+	Rounds          int      `json:"rounds"`
 	Threads         int      `json:"pgbench_j"`
 	Clients         []int    `json:"clients"`
 	Scale           int      `json:"scale"`
@@ -105,6 +107,7 @@ func parseFlags() (*options, error) {
 	var clients, scripts, modes string
 	flag.StringVar(&o.out, "out", "", "write the JSON report here (default bench-results/<date>.json)")
 	flag.IntVar(&o.duration, "T", 7, "pgbench -T seconds per run")
+	flag.IntVar(&o.rounds, "rounds", 1, "runs of each pgbench row per target, the targets alternating (direct → lockpool → PgBouncer, then again); the row reports each figure's median")
 	flag.StringVar(&clients, "clients", "1,10,50,100,1000", "pgbench client counts")
 	flag.StringVar(&scripts, "scripts", "select,tpcb", "pgbench scripts: select (-S), tpcb (default script)")
 	flag.StringVar(&modes, "modes", "simple,extended,prepared", "pgbench -M modes")
@@ -126,6 +129,9 @@ func parseFlags() (*options, error) {
 	var err error
 	if o.clients, err = intList(clients); err != nil {
 		return nil, fmt.Errorf("-clients: %w", err)
+	}
+	if o.rounds < 1 {
+		return nil, fmt.Errorf("-rounds: %d is below 1", o.rounds)
 	}
 	o.scripts = strList(scripts)
 	o.modes = strList(modes)

@@ -46,6 +46,8 @@ type Result struct {
 	// run, logins included: /proc/<pid>/task/*/status); -1 for direct.
 	SwitchesPerTxn float64 `json:"pooler_context_switches_per_txn"`
 	Profile        string  `json:"pprof,omitempty"`
+	// Rounds are the runs this result is the median of (-rounds > 1).
+	Rounds []*Result `json:"rounds,omitempty"`
 }
 
 func (r *Row) label() string {
@@ -65,26 +67,36 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 			for _, c := range o.clients {
 				n++
 				row := &Row{Script: script, Mode: mode, Clients: c, Results: map[string]*Result{}}
-				for _, t := range e.targets() {
-					if t.Name == "direct" && c > o.directMaxClients {
-						continue // printed as n/a
+				runs := map[string][]*Result{}
+				for round := 1; round <= o.rounds; round++ {
+					for _, t := range e.targets() {
+						if t.Name == "direct" && c > o.directMaxClients {
+							continue // printed as n/a
+						}
+						if script == "tpcb" {
+							// What pgbench's own pre-run vacuum does, done directly
+							// so every target starts from the same table state.
+							ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+							_ = e.Cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
+							cancel()
+						}
+						r := runPgbench(o, e, t, row)
+						settle(e, o)
+						runs[t.Name] = append(runs[t.Name], r)
+						at := fmt.Sprintf("[%d/%d]", n, total)
+						if o.rounds > 1 {
+							at = fmt.Sprintf("[%d/%d round %d]", n, total, round)
+						}
+						if r.Failed {
+							logf("%s %-22s %-9s fails: %s", at, row.label(), t.Name, r.Error)
+						} else {
+							logf("%s %-22s %-9s %9.0f tps  p50 %6.2f ms  p99 %7.2f ms  cpu %s  switches %s",
+								at, row.label(), t.Name, r.TPS, r.P50ms, r.P99ms, cpuStr(r), switchStr(r))
+						}
 					}
-					if script == "tpcb" {
-						// What pgbench's own pre-run vacuum does, done directly
-						// so every target starts from the same table state.
-						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-						_ = e.Cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
-						cancel()
-					}
-					r := runPgbench(o, e, t, row)
-					settle(e, o)
-					row.Results[t.Name] = r
-					if r.Failed {
-						logf("[%d/%d] %-22s %-9s fails: %s", n, total, row.label(), t.Name, r.Error)
-					} else {
-						logf("[%d/%d] %-22s %-9s %9.0f tps  p50 %6.2f ms  p99 %7.2f ms  cpu %s  switches %s",
-							n, total, row.label(), t.Name, r.TPS, r.P50ms, r.P99ms, cpuStr(r), switchStr(r))
-					}
+				}
+				for name, rs := range runs {
+					row.Results[name] = medianResult(rs)
 				}
 				rows = append(rows, row)
 			}

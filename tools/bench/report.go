@@ -15,8 +15,12 @@ func printReport(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "software: %s; %s; %s\n", m.PostgreSQL, orNA(m.PgBouncer), m.Go)
 	fmt.Fprintf(w, "command: %s\n", rep.Command)
 	s := rep.Settings
-	fmt.Fprintf(w, "settings: pgbench -T %d -j 2 (≤ clients), scale %d; server-connection budget %d for lockpool (max_pinned %d) and PgBouncer (default_pool_size); PostgreSQL max_connections %d for direct\n\n",
+	fmt.Fprintf(w, "settings: pgbench -T %d -j 2 (≤ clients), scale %d; server-connection budget %d for lockpool (max_pinned %d) and PgBouncer (default_pool_size); PostgreSQL max_connections %d for direct\n",
 		s.DurationSec, s.Scale, s.Budget, s.MaxPinned, s.DirectMaxConn)
+	if s.Rounds > 1 {
+		fmt.Fprintf(w, "rounds: %d per row, the targets alternating; each figure is the median of its rounds\n", s.Rounds)
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "workload\tdirect\tlockpool\tpgbouncer\tlp/pgb\tlp/direct\tp50 ms d/lp/pgb\tp99 ms d/lp/pgb\tcpu µs/txn lp/pgb\tcpu lp/pgb\tswitches/txn lp/pgb\tnote\t")

@@ -125,7 +125,7 @@ func setup(o *options, work string, rep *Report) (*env, error) {
 	e.direct = &target{Name: "direct", Host: c.Host, Port: c.Port}
 	e.lockpool = &target{Name: "lockpool", Host: "127.0.0.1", Port: e.Port, Proc: e.Lockpool, AdminURL: e.AdminURL}
 	rep.Settings = Settings{
-		DurationSec: o.duration, Threads: 2, Clients: o.clients, Scale: o.scale,
+		DurationSec: o.duration, Rounds: o.rounds, Threads: 2, Clients: o.clients, Scale: o.scale,
 		Budget: o.budget, MaxPinned: o.maxPinned, DirectMaxConn: o.directMax,
 		LockpoolConfig: e.Config, Scripts: o.scripts, Modes: o.modes,
 	}

@@ -1,0 +1,38 @@
+package main
+
+import "testing"
+
+func TestMedianResult(t *testing.T) {
+	run := func(tps, p99, cpu, sw float64, n int64) *Result {
+		return &Result{Target: "lockpool", TPS: tps, P99ms: p99, CPUPer1000Txn: cpu, SwitchesPerTxn: sw, Transactions: n, CPUSeconds: 1}
+	}
+	failed := &Result{Target: "lockpool", Failed: true, Error: "boom", CPUSeconds: -1, CPUPer1000Txn: -1, SwitchesPerTxn: -1}
+	tests := []struct {
+		name              string
+		rounds            []*Result
+		tps, p99, cpu, sw float64
+		txns              int64
+		failedWant        bool
+		roundsKept        int
+	}{
+		{"one round is itself", []*Result{run(10, 1, 0.04, 0.5, 100)}, 10, 1, 0.04, 0.5, 100, false, 0},
+		{"odd: each figure's own median", []*Result{run(30, 9, 0.03, 0.4, 300), run(10, 1, 0.05, 0.6, 100), run(20, 5, 0.04, 0.9, 200)}, 20, 5, 0.04, 0.6, 600, false, 3},
+		{"even: mean of the middle two", []*Result{run(10, 2, 0.04, 0.5, 100), run(20, 4, 0.06, 0.7, 200)}, 15, 3, 0.05, 0.6, 300, false, 2},
+		{"failed rounds are left out", []*Result{failed, run(10, 2, 0.04, 0.5, 100), run(30, 6, 0.02, 0.3, 300)}, 20, 4, 0.03, 0.4, 400, false, 3},
+		{"all failed is a failure", []*Result{failed, failed}, 0, 0, -1, -1, 0, true, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := medianResult(tc.rounds)
+			if m.Failed != tc.failedWant || m.TPS != tc.tps || m.P99ms != tc.p99 || !near(m.CPUPer1000Txn, tc.cpu) || !near(m.SwitchesPerTxn, tc.sw) || m.Transactions != tc.txns {
+				t.Fatalf("got failed=%v tps=%v p99=%v cpu=%v sw=%v txns=%v; want %v %v %v %v %v %v",
+					m.Failed, m.TPS, m.P99ms, m.CPUPer1000Txn, m.SwitchesPerTxn, m.Transactions, tc.failedWant, tc.tps, tc.p99, tc.cpu, tc.sw, tc.txns)
+			}
+			if len(m.Rounds) != tc.roundsKept {
+				t.Fatalf("kept %d rounds, want %d", len(m.Rounds), tc.roundsKept)
+			}
+		})
+	}
+}
+
+func near(a, b float64) bool { d := a - b; return d < 1e-9 && d > -1e-9 }
