@@ -82,12 +82,19 @@ func (c *Conn) adopt() error {
 	nfd := -1
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
+		if _, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
+			derr = errNotSocket // a pipe or file: rawRead and rawWrite are socket calls
+			return
+		}
 		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		if derr != nil {
+			derr = os.NewSyscallError("fcntl", derr)
+		}
 	}); err != nil {
 		return err
 	}
 	if derr != nil {
-		return os.NewSyscallError("fcntl", derr)
+		return derr
 	}
 	if err := unix.SetNonblock(nfd, true); err != nil {
 		_ = unix.Close(nfd)
@@ -347,12 +354,15 @@ func (c *Conn) peekNow(s *slot) bool {
 	}
 }
 
-// rawRead and rawWrite are read(2) and write(2) on a non-blocking
-// descriptor, without the runtime's syscall bookkeeping: they cannot block,
+// rawRead and rawWrite are recvfrom(2) and sendto(2) on a non-blocking
+// socket, without the runtime's syscall bookkeeping: they cannot block,
 // so the thread keeps its P and sysmon is not woken (entersyscall wakes a
 // sleeping sysmon, one thread wake-up per idle-to-busy turn otherwise).
+// The socket calls skip read(2) and write(2)'s file layer (the position
+// lock, the permission and notification hooks), and MSG_NOSIGNAL makes a
+// write to a closed peer return EPIPE without raising SIGPIPE.
 func rawRead(fd int, p []byte) (int, error) {
-	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), 0, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -360,7 +370,7 @@ func rawRead(fd int, p []byte) (int, error) {
 }
 
 func rawWrite(fd int, p []byte) (int, error) {
-	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
 	if e != 0 {
 		return 0, e
 	}

@@ -126,7 +126,8 @@ func (l *Loop) Post(fn func()) {
 	l.mu.Unlock()
 	if wake {
 		one := [8]byte{1}
-		_, _ = rawWrite(l.efd, one[:]) // a non-blocking eventfd: cannot block
+		// A non-blocking eventfd: cannot block, so no syscall bookkeeping.
+		_, _, _ = unix.RawSyscall(unix.SYS_WRITE, uintptr(l.efd), uintptr(unsafe.Pointer(&one[0])), 8)
 	}
 }
 
@@ -315,7 +316,7 @@ func (l *Loop) dispatch(n int) {
 		fd := int(ev.Fd)
 		if fd == l.efd {
 			var b [8]byte
-			_, _ = rawRead(l.efd, b[:]) // non-blocking: cannot block
+			_, _, _ = unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
 			continue
 		}
 		if fd >= len(l.fds) {
@@ -705,8 +706,8 @@ func (h *timerHeap) remove(co *Co) {
 	co.timerAt = -1
 }
 
-// errNotSocket is returned by Bind for a connection without a descriptor
-// (net.Pipe in tests): it stays an ordinary Go connection.
+// errNotSocket is returned by Bind for a connection that is not a socket
+// (net.Pipe in tests, a pipe): it stays an ordinary Go connection.
 var errNotSocket = errors.New("evloop: not a socket")
 
 var _ net.Conn = (*Conn)(nil)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -26,7 +27,7 @@ func startLoop(t *testing.T) *Loop {
 }
 
 // pair returns a connected TCP pair: the server side wrapped for a loop.
-func pair(t *testing.T) (*Conn, net.Conn) {
+func pair(t testing.TB) (*Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -556,5 +557,56 @@ func TestIdleLoopWaitsInNetpoller(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a timer did not wake the idle loop")
+	}
+}
+
+// pipeConn is a net.Conn over an os.Pipe: it has a descriptor
+// (syscall.Conn) that is not a socket.
+type pipeConn struct {
+	r, w *os.File
+}
+
+func (p pipeConn) Read(b []byte) (int, error)         { return p.r.Read(b) }
+func (p pipeConn) Write(b []byte) (int, error)        { return p.w.Write(b) }
+func (p pipeConn) Close() error                       { p.w.Close(); return p.r.Close() }
+func (p pipeConn) LocalAddr() net.Addr                { return &net.UnixAddr{Name: "pipe"} }
+func (p pipeConn) RemoteAddr() net.Addr               { return &net.UnixAddr{Name: "pipe"} }
+func (p pipeConn) SetDeadline(t time.Time) error      { return p.r.SetDeadline(t) }
+func (p pipeConn) SetReadDeadline(t time.Time) error  { return p.r.SetReadDeadline(t) }
+func (p pipeConn) SetWriteDeadline(t time.Time) error { return p.w.SetWriteDeadline(t) }
+func (p pipeConn) SyscallConn() (syscall.RawConn, error) {
+	return p.r.SyscallConn()
+}
+
+// TestBindLeavesNonSocketsToGo: a descriptor that is not a socket is not
+// adopted (the loop reads and writes with socket calls); the connection
+// stays a Go connection that still carries bytes.
+func TestBindLeavesNonSocketsToGo(t *testing.T) {
+	l := startLoop(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Wrap(pipeConn{r: r, w: w})
+	defer c.Close()
+	var bindErr error
+	got := make([]byte, 5)
+	var readErr error
+	<-run(l, func(co *Co) {
+		bindErr = c.Bind(co)
+		if _, err := c.Write([]byte("hello")); err != nil {
+			readErr = err
+			return
+		}
+		_, readErr = io.ReadFull(c, got)
+	})
+	if !errors.Is(bindErr, errNotSocket) {
+		t.Fatalf("Bind of a pipe: %v, want errNotSocket", bindErr)
+	}
+	if c.Adopted() {
+		t.Fatal("a pipe was adopted")
+	}
+	if readErr != nil || string(got) != "hello" {
+		t.Fatalf("through the pipe: %q %v", got, readErr)
 	}
 }
