@@ -91,6 +91,7 @@ type Manager struct {
 	closed   bool
 	params   map[paramsKey]map[string]string
 	headsBuf []*waiter
+	spareW   []*waiter  // parked waiters done with, for the next AcquireParked (so a wait allocates nothing)
 	pause    pauseState // PAUSE / RESUME (pause.go)
 
 	limits map[string]limit                                                        // run-time budget caps (limit.go)
@@ -314,16 +315,8 @@ type Parker interface {
 func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Parker) (*Conn, error) {
 	var waited time.Duration
 	if m.pause.on.Load() {
-		// A paused application's callers wait for RESUME (through
-		// p.Offload: the wait is on a channel, not in the caller's loop).
 		var err error
-		wait := func() { waited, err = m.waitResumed(ctx, app, database) }
-		if p != nil {
-			p.Offload(wait)
-		} else {
-			wait()
-		}
-		if err != nil {
+		if waited, err = m.waitResumedVia(ctx, app, database, p); err != nil {
 			return nil, err
 		}
 	}
@@ -347,16 +340,16 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 			m.mu.Unlock()
 			a.observeWait(waited)
 		} else {
-			w := &waiter{seq: m.nextSeq(), app: a, db: database, ch: make(chan grant, 1), parker: p, since: time.Now()}
+			w := m.newWaiterLocked(a, database, p)
 			a.waiters.push(w)
 			m.waiting++
 			timeout := a.cfg.WaitTimeout
 			m.mu.Unlock()
 
-			start := time.Now()
 			var err error
 			g, err = m.wait(ctx, w, timeout)
-			waited += time.Since(start)
+			waited += time.Since(w.since)
+			m.recycle(w)
 			a.observeWait(waited)
 			if err != nil {
 				if errors.Is(err, ErrWaitTimeout) {
@@ -366,19 +359,38 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 				return nil, err
 			}
 		}
-		var c *Conn
-		var retry bool
-		var err error
-		if g.dial && p != nil {
-			p.Offload(func() { c, retry, err = m.useGrant(ctx, a, database, g) })
-		} else {
-			c, retry, err = m.useGrant(ctx, a, database, g)
-		}
+		c, retry, err := m.useGrantVia(ctx, a, database, g, p)
 		if retry {
 			continue
 		}
 		return c, err
 	}
+}
+
+// waitResumedVia waits for RESUME for a paused application's caller,
+// through p.Offload (the wait is on a channel, not in the caller's loop).
+// The closure is in a function of its own, as in useGrantVia: variables a
+// closure captures live on the heap, and AcquireParked's common path
+// allocates nothing.
+func (m *Manager) waitResumedVia(ctx context.Context, app, database string, p Parker) (waited time.Duration, err error) {
+	if p == nil {
+		return m.waitResumed(ctx, app, database)
+	}
+	p.Offload(func() { waited, err = m.waitResumed(ctx, app, database) })
+	return waited, err
+}
+
+// useGrantVia is useGrant, through p.Offload when the grant is a dial.
+func (m *Manager) useGrantVia(ctx context.Context, a *appPool, database string, g grant, p Parker) (*Conn, bool, error) {
+	if !g.dial || p == nil {
+		return m.useGrant(ctx, a, database, g)
+	}
+	return m.useGrantOffloaded(ctx, a, database, g, p)
+}
+
+func (m *Manager) useGrantOffloaded(ctx context.Context, a *appPool, database string, g grant, p Parker) (c *Conn, retry bool, err error) {
+	p.Offload(func() { c, retry, err = m.useGrant(ctx, a, database, g) })
+	return c, retry, err
 }
 
 // Liveness tells whether an idle connection's socket has received nothing
@@ -418,6 +430,38 @@ func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	c.idleSince = time.Time{}
 	return c
 }
+
+// newWaiterLocked returns a queued-to-be waiter for AcquireParked: a spare
+// one when there is one (its channel empty), else a new one.
+func (m *Manager) newWaiterLocked(a *appPool, database string, p Parker) *waiter {
+	var w *waiter
+	if n := len(m.spareW); n > 0 {
+		w = m.spareW[n-1]
+		m.spareW[n-1] = nil
+		m.spareW = m.spareW[:n-1]
+	} else {
+		w = &waiter{ch: make(chan grant, 1)}
+	}
+	w.seq, w.app, w.db, w.parker, w.since = m.nextSeq(), a, database, p, time.Now()
+	return w
+}
+
+// recycle keeps w, which wait has returned (dequeued, its grant received
+// or given back, its channel empty), for the next parked waiter. It clears
+// w under the lock: the grant that woke it may still be reading w.parker
+// under the lock after the send (grantLocked).
+func (m *Manager) recycle(w *waiter) {
+	m.mu.Lock()
+	*w = waiter{ch: w.ch}
+	if len(m.spareW) < maxSpareWaiters {
+		m.spareW = append(m.spareW, w)
+	}
+	m.mu.Unlock()
+}
+
+// maxSpareWaiters bounds the waiters kept for reuse (one per session
+// waiting at once is what a steady load needs).
+const maxSpareWaiters = 1024
 
 func (m *Manager) nextSeq() uint64 {
 	m.seq++
@@ -463,18 +507,21 @@ func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (g
 func (m *Manager) park(ctx context.Context, w *waiter, timeout time.Duration) error {
 	var deadline time.Time
 	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+		deadline = w.since.Add(timeout)
 	}
-	stop := context.AfterFunc(ctx, w.parker.Unpark)
-	defer stop()
-	for {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, w.parker.Unpark)
+		defer stop()
+	}
+	for woken := false; ; woken = true {
 		if len(w.ch) > 0 {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("pool: waiting for a server connection: %w", err)
 		}
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
+		// Before the first Park the deadline is a wait_timeout away.
+		if woken && !deadline.IsZero() && !time.Now().Before(deadline) {
 			return ErrWaitTimeout
 		}
 		if err := w.parker.Park(deadline); err != nil {

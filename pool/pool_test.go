@@ -1224,3 +1224,47 @@ func TestDialConcurrencyIsBounded(t *testing.T) {
 		m.Release(r.c)
 	}
 }
+
+// releasingParker is a Parker whose Park gives back the connection another
+// holder has, as that holder would while the caller waits.
+type releasingParker struct {
+	m       *Manager
+	release *Conn
+	parks   int
+}
+
+func (p *releasingParker) Park(time.Time) error {
+	p.parks++
+	if c := p.release; c != nil {
+		p.release = nil
+		p.m.Release(c)
+	}
+	return nil
+}
+func (p *releasingParker) Unpark()           {}
+func (p *releasingParker) Offload(fn func()) { fn() }
+
+// TestParkedWaitAllocatesNothing: a parked wait for a busy connection, the
+// common case once clients outnumber the budget, reuses its waiter.
+func TestParkedWaitAllocatesNothing(t *testing.T) {
+	m, _ := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
+	held := mustAcquire(t, m, "a", "db")
+	p := &releasingParker{m: m}
+	wait := func() {
+		p.release = held
+		c, err := m.AcquireParked(context.Background(), "a", "db", p)
+		if err != nil || c != held {
+			t.Fatalf("AcquireParked: %v, %v; want the released connection", c, err)
+		}
+	}
+	wait() // the first wait makes the waiter
+	allocs := testing.AllocsPerRun(200, wait)
+	if allocs != 0 {
+		t.Fatalf("a parked wait allocates %.1f times, want 0", allocs)
+	}
+	if p.parks != 202 {
+		t.Fatalf("parked %d times, want 202 (one per wait)", p.parks)
+	}
+	expectStats(t, m, "a", Stats{Open: 1, InUse: 1})
+	m.Release(held)
+}
