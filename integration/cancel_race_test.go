@@ -87,3 +87,58 @@ func TestCancelNeverReachesNextHolder(t *testing.T) {
 		t.Fatalf("no contest: A done %d cancelled %d, B done %d", aDone.Load(), aCancelled.Load(), bDone.Load())
 	}
 }
+
+// TestCancelEndsConnectionWait: on a budget of one connection held by
+// client A's open transaction, client B's statement waits in lockpool for
+// a connection; a CancelRequest for B ends that wait at once with 57014
+// (as PostgreSQL answers a cancelled statement), the wait is gone from the
+// pool, and B's next statement runs once A commits. Rounds cancel at a
+// random moment after B starts waiting.
+func TestCancelEndsConnectionWait(t *testing.T) {
+	t.Parallel()
+	app := defaultApp()
+	app.name, app.max, app.pinned, app.wait = "cew", 1, 0, "30s"
+	l := startLockpool(t, 10, "", app)
+	a, b := l.connect(t, "app", "appdb"), l.connect(t, "app", "appdb")
+	ctx := testenv.Context(t, 60*time.Second)
+	for round := 0; round < 8; round++ {
+		if _, err := a.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Exec(ctx, "SELECT 1"); err != nil { // A holds the connection
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Exec(ctx, "SELECT 1")
+			errc <- err
+		}()
+		eventually(t, 5*time.Second, "B waiting for a connection", func() bool {
+			return l.srv.Pool().Stats(app.name).Waiting == 1
+		})
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) // a random moment of the wait
+		t0 := time.Now()
+		if err := b.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatalf("CancelRequest: %v", err)
+		}
+		select {
+		case err := <-errc:
+			pgErr(t, err, "57014")
+			if el := time.Since(t0); el > 2*time.Second {
+				t.Errorf("round %d: the cancelled wait ended after %v", round, el)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: B's wait not ended 10 s after its CancelRequest", round)
+		}
+		if w := l.srv.Pool().Stats(app.name).Waiting; w != 0 {
+			t.Fatalf("round %d: %d waiters left in the pool after the cancel", round, w)
+		}
+		if _, err := a.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		var one int
+		if err := b.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("round %d: B after its cancel: %d, %v", round, one, err)
+		}
+	}
+}

@@ -310,6 +310,14 @@ type Parker interface {
 	Offload(fn func())
 }
 
+// A CancelParker is a Parker that ends its Park by itself when the context
+// its caller passes to AcquireParked ends (WakesOnCancel true), so the pool
+// does not watch that context (a context.AfterFunc per wait).
+type CancelParker interface {
+	Parker
+	WakesOnCancel() bool
+}
+
 // AcquireParked is Acquire for a caller that waits through p (nil: an
 // ordinary blocking wait). A dial runs through p.Offload.
 func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Parker) (*Conn, error) {
@@ -509,7 +517,7 @@ func (m *Manager) park(ctx context.Context, w *waiter, timeout time.Duration) er
 	if timeout > 0 {
 		deadline = w.since.Add(timeout)
 	}
-	if ctx.Done() != nil {
+	if cp, ok := w.parker.(CancelParker); ctx.Done() != nil && !(ok && cp.WakesOnCancel()) {
 		stop := context.AfterFunc(ctx, w.parker.Unpark)
 		defer stop()
 	}

@@ -147,9 +147,8 @@ func (s *session) countHeld(n int) {
 func (s *session) stopWait() {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
-	if s.link.waiting && s.link.waitStop != nil {
-		s.link.waitStop()
-		s.link.waitCtx, s.link.waitStop = nil, nil
+	if s.link.waiting {
+		s.link.stopWaitLocked()
 	}
 }
 

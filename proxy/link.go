@@ -65,6 +65,7 @@ type serverLink struct {
 	waiting  bool               // the session waits in lockpool (connection, pin slot, lease)
 	waitCtx  context.Context    // the context of such waits, reused until a cancel request ends it
 	waitStop context.CancelFunc // ends waitCtx
+	waitCo   *evloop.Co         // the session's coroutine while it waits: woken when waitCtx ends (stopWaitLocked)
 	// cancelling is closed when the cancel request in flight for the
 	// client's statement has been delivered to PostgreSQL (or failed); nil
 	// when none is. The session gives the connection back (or probes it)
@@ -270,4 +271,19 @@ func (c *clientOut) end(pending []byte, pe *pgError) {
 		_, _ = c.conn.Write(pending)
 	}
 	_ = c.conn.Close()
+}
+
+// stopWaitLocked ends the context of the session's waits (a new one is made
+// for the next wait) and wakes the session's coroutine should it be parked
+// in the pool (it then sees the context ended: parkedWait). Call it with mu
+// held.
+func (k *serverLink) stopWaitLocked() {
+	if k.waitStop == nil {
+		return
+	}
+	k.waitStop()
+	k.waitCtx, k.waitStop = nil, nil
+	if k.waitCo != nil {
+		k.waitCo.Unpark()
+	}
 }

@@ -417,7 +417,7 @@ func (s *session) attach() error {
 		var err error
 		ctx := s.waitContext()
 		if s.co != nil {
-			sc, err = s.srv.pool.AcquireParked(ctx, s.app.cfg.Name, s.database, s.co)
+			sc, err = s.srv.pool.AcquireParked(ctx, s.app.cfg.Name, s.database, parkedWait{s.co})
 		} else {
 			sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
 		}
@@ -872,12 +872,22 @@ func (s *session) waitContext() context.Context {
 		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.baseCtx)
 	}
 	s.link.waiting = true
+	s.link.waitCo = s.co
 	return s.link.waitCtx
 }
+
+// parkedWait is the session's coroutine as the pool's Parker. The context
+// of its waits is the session's waitCtx, whose end wakes the coroutine
+// (link.stopWaitLocked), so the pool need not watch it (pool.CancelParker).
+type parkedWait struct{ *evloop.Co }
+
+// WakesOnCancel implements pool.CancelParker.
+func (parkedWait) WakesOnCancel() bool { return true }
 
 func (s *session) endWait() {
 	s.link.mu.Lock()
 	s.link.waiting = false
+	s.link.waitCo = nil
 	s.link.mu.Unlock()
 }
 
@@ -893,9 +903,8 @@ func (s *session) endWait() {
 // session's loop never waits on a dial.
 func (s *session) cancelRunning(ctx context.Context) {
 	s.link.mu.Lock()
-	if s.link.waiting && s.link.waitStop != nil {
-		s.link.waitStop()
-		s.link.waitCtx, s.link.waitStop = nil, nil
+	if s.link.waiting {
+		s.link.stopWaitLocked()
 	}
 	if s.link.state != linkRelaying || s.link.sc == nil || s.link.cancelling != nil {
 		s.link.mu.Unlock()
@@ -1050,10 +1059,7 @@ func (s *session) kill(pe *pgError) {
 func (s *session) cleanup() {
 	s.srv.unregister(s)
 	s.link.mu.Lock()
-	if s.link.waitStop != nil {
-		s.link.waitStop()
-		s.link.waitCtx, s.link.waitStop = nil, nil
-	}
+	s.link.stopWaitLocked()
 	s.link.mu.Unlock()
 	sc := s.link.sc
 	lost := s.link.state == linkLost
