@@ -38,6 +38,9 @@
 //     the instance level goes to the oldest waiter, across applications, that
 //     is below its application's budget.
 //   - Release is only called at a safe point; Destroy otherwise.
+//   - A waiter is touched by a grant only under the lock; AcquireParked
+//     keeps a finished one for the next wait (so a parked wait allocates
+//     nothing) and clears it under the lock.
 //   - The manager's single mutex is never held while dialing, closing a
 //     socket or doing any other I/O.
 //

@@ -18,8 +18,10 @@
 // to a loop (adopted: taken out of Go's netpoller into the loop's epoll).
 // Waits on anything but the session's own sockets never block the loop: a
 // wait for a pool connection parks the coroutine in its loop (the pool
-// unparks it), and pin slots, lease calls, dials and cancels run through
-// session.offload on a goroutine of their own.
+// unparks it when it grants a connection; the session's serverLink when a
+// cancel request or a kill ends the wait's context), and pin slots, lease
+// calls, dials and cancels run through session.offload on a goroutine of
+// their own.
 //
 // Two small types hold what other goroutines may see:
 //   - serverLink (link.go): the server connection and its life-cycle state,
