@@ -878,7 +878,9 @@ func (s *session) waitContext() context.Context {
 
 // parkedWait is the session's coroutine as the pool's Parker. The context
 // of its waits is the session's waitCtx, whose end wakes the coroutine
-// (link.stopWaitLocked), so the pool need not watch it (pool.CancelParker).
+// (serverLink.stopWaitLocked, for a cancel request or a kill; its parent,
+// the server's base context, ends only after every session has), so the
+// pool need not watch it (pool.CancelParker).
 type parkedWait struct{ *evloop.Co }
 
 // WakesOnCancel implements pool.CancelParker.
