@@ -80,7 +80,7 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 							_ = e.Cluster.Exec(ctx, benchDB, "VACUUM pgbench_branches, pgbench_tellers; TRUNCATE pgbench_history")
 							cancel()
 						}
-						r := runPgbench(o, e, t, row)
+						r := runPgbench(o, e, t, row, round)
 						settle(e, o)
 						runs[t.Name] = append(runs[t.Name], r)
 						at := fmt.Sprintf("[%d/%d]", n, total)
@@ -147,7 +147,7 @@ var (
 	reTPS  = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 )
 
-func runPgbench(o *options, e *env, t *target, row *Row) *Result {
+func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1, SwitchesPerTxn: -1}
 	dir, err := os.MkdirTemp(e.work, "pgbench-")
 	if err != nil {
@@ -186,7 +186,7 @@ func runPgbench(o *options, e *env, t *target, row *Row) *Result {
 	var prof chan string
 	if t.Name == "lockpool" && o.pprofDir != "" {
 		prof = make(chan string, 1)
-		go func() { prof <- fetchProfile(o, t, row) }()
+		go func() { prof <- fetchProfile(o, t, row, round) }()
 	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -400,13 +400,16 @@ func steadyCPU(samples []cpuSample, l *txnLog) (cpu float64, txns int64, ok bool
 
 // fetchProfile takes a CPU profile from lockpool's admin listener for
 // (roughly) the length of the run.
-func fetchProfile(o *options, t *target, row *Row) string {
+func fetchProfile(o *options, t *target, row *Row, round int) string {
 	secs := o.duration - 1
 	if secs < 1 {
 		secs = 1
 	}
 	_ = os.MkdirAll(o.pprofDir, 0o755)
 	name := filepath.Join(o.pprofDir, fmt.Sprintf("lockpool-%s-%s-c%d.pprof", row.Script, row.Mode, row.Clients))
+	if o.rounds > 1 {
+		name = strings.TrimSuffix(name, ".pprof") + fmt.Sprintf("-round%d.pprof", round)
+	}
 	// Skip the login phase (the extra seconds large rows get) so the
 	// profile shows transactions, not SCRAM.
 	time.Sleep(time.Duration(runSeconds(o, row.Clients)-o.duration)*time.Second + 700*time.Millisecond)
