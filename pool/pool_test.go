@@ -1170,6 +1170,32 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkParkedWait is one wait for a busy connection through a Parker
+// (the session's path once clients outnumber the budget): queue, park,
+// the holder's Release hands the connection over, unpark.
+func BenchmarkParkedWait(b *testing.B) {
+	f := newFakeServer()
+	m, err := New(Options{Server: srv(10), Apps: []AppConfig{app("a", 1, 0, time.Minute)}, Dial: f.dial, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	held, err := m.Acquire(ctx, "a", "db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &releasingParker{m: m}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.release = held
+		if held, err = m.AcquireParked(ctx, "a", "db", p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.Release(held)
+}
+
 func TestDialRetriesConnectionErrors(t *testing.T) {
 	tests := []struct {
 		name      string
