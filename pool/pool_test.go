@@ -1149,13 +1149,19 @@ func histCount(t *testing.T, g prometheus.Gatherer, name, app string) uint64 {
 	return 0
 }
 
-func BenchmarkAcquireRelease(b *testing.B) {
+// benchManager is a Manager over a fake server with the one application a.
+func benchManager(b *testing.B, server config.Server, a AppConfig) *Manager {
 	f := newFakeServer()
-	m, err := New(Options{Server: srv(100), Apps: []AppConfig{app("a", 16, 1, time.Second)}, Dial: f.dial, Registerer: prometheus.NewRegistry()})
+	m, err := New(Options{Server: server, Apps: []AppConfig{a}, Dial: f.dial, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close()
+	b.Cleanup(m.Close)
+	return m
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	m := benchManager(b, srv(100), app("a", 16, 1, time.Second))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -1174,12 +1180,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // (the session's path once clients outnumber the budget): queue, park,
 // the holder's Release hands the connection over, unpark.
 func BenchmarkParkedWait(b *testing.B) {
-	f := newFakeServer()
-	m, err := New(Options{Server: srv(10), Apps: []AppConfig{app("a", 1, 0, time.Minute)}, Dial: f.dial, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
+	m := benchManager(b, srv(10), app("a", 1, 0, time.Minute))
 	ctx := context.Background()
 	held, err := m.Acquire(ctx, "a", "db")
 	if err != nil {
