@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/testenv"
 )
@@ -28,6 +29,41 @@ func stExec(t testing.TB, c *pgx.Conn, sql string, args ...any) {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// stCommitted runs sql inside a transaction and commits it.
+func stCommitted(t testing.TB, c *pgx.Conn, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stNotification waits up to d for a notification on c.
+func stNotification(c *pgx.Conn, d time.Duration) (*pgconn.Notification, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.WaitForNotification(ctx)
+}
+
+// stAlternate is the query options of round i when the rounds alternate
+// protocols: the simple protocol in even rounds, pgx's default in odd ones.
+func stAlternate(i int) []any {
+	if i%2 == 0 {
+		return []any{pgx.QueryExecModeSimpleProtocol}
+	}
+	return nil
+}
+
+// stSettingsSQL reads the settings a pinned session changes.
+const stSettingsSQL = "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')"
 
 func TestStatePinListenNotify(t *testing.T) {
 	t.Parallel()
@@ -55,9 +91,7 @@ func TestStatePinListenNotify(t *testing.T) {
 		}
 		// The listener is idle: the notification must reach it without it
 		// sending anything.
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := listener.WaitForNotification(wctx)
-		cancel()
+		n, err := stNotification(listener, 5*time.Second)
 		if err != nil {
 			t.Fatalf("notification %d not delivered to the idle listener: %v", i, err)
 		}
@@ -70,19 +104,8 @@ func TestStatePinListenNotify(t *testing.T) {
 		}
 	}
 	// A notification sent within a transaction arrives after its commit.
-	tx, err := notifier.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("NOTIFY %s, 'in-tx'", ch)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	n, err := listener.WaitForNotification(wctx)
-	cancel()
+	stCommitted(t, notifier, fmt.Sprintf("NOTIFY %s, 'in-tx'", ch))
+	n, err := stNotification(listener, 5*time.Second)
 	if err != nil || n.Payload != "in-tx" {
 		t.Fatalf("notification after commit: %v, %v", n, err)
 	}
@@ -91,9 +114,7 @@ func TestStatePinListenNotify(t *testing.T) {
 	l.wantPinned(t, app.name, "", 0)
 	// No longer listening: nothing arrives.
 	stExec(t, notifier, fmt.Sprintf("NOTIFY %s, 'late'", ch))
-	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-	n, err = listener.WaitForNotification(wctx)
-	cancel()
+	n, err = stNotification(listener, 300*time.Millisecond)
 	if err == nil {
 		t.Fatalf("notification after UNLISTEN *: %+v", n)
 	}
@@ -109,16 +130,7 @@ func TestStatePinTempTable(t *testing.T) {
 	other := l.connect(t, "app", "appdb")
 
 	// ON COMMIT DROP lives only in its transaction: no pin.
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stCommitted(t, c, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP")
 	if p := l.Pinned(app.name, ""); p != 0 {
 		t.Fatalf("ON COMMIT DROP temp table pinned the session (gauge %v)", p)
 	}
@@ -161,40 +173,17 @@ func TestStatePinHoldCursor(t *testing.T) {
 	c := l.connect(t, "app", "appdb")
 
 	// A cursor without HOLD ends with its transaction: no pin.
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "DECLARE "+cur+"_x CURSOR FOR SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stCommitted(t, c, "DECLARE "+cur+"_x CURSOR FOR SELECT 1")
 	if p := l.Pinned(app.name, ""); p != 0 {
 		t.Fatalf("a cursor without HOLD pinned the session (gauge %v)", p)
 	}
 
-	tx, err = c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "DECLARE "+cur+" CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) AS g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stCommitted(t, c, "DECLARE "+cur+" CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) AS g")
 	l.wantPinned(t, app.name, "cursor", 1)
 	next := 1
 	for round := 0; round < 3; round++ {
 		// Each FETCH in its own transaction, alternating protocols.
-		var rows pgx.Rows
-		if round%2 == 0 {
-			rows, err = c.Query(ctx, "FETCH 3 FROM "+cur, pgx.QueryExecModeSimpleProtocol)
-		} else {
-			rows, err = c.Query(ctx, "FETCH 3 FROM "+cur)
-		}
+		rows, err := c.Query(ctx, "FETCH 3 FROM "+cur, stAlternate(round)...)
 		if err != nil {
 			t.Fatalf("fetch round %d: %v", round, err)
 		}
@@ -231,12 +220,7 @@ func TestStatePinPrepare(t *testing.T) {
 	l.wantPinned(t, app.name, "prepare", 1)
 	for i := 0; i < 5; i++ {
 		var v int
-		var err error
-		if i%2 == 0 {
-			err = c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i), pgx.QueryExecModeSimpleProtocol).Scan(&v)
-		} else {
-			err = c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i)).Scan(&v)
-		}
+		err := c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i), stAlternate(i)...).Scan(&v)
 		if err != nil || v != 41+i {
 			t.Fatalf("EXECUTE %d: %d, %v; want %d", i, v, err, 41+i)
 		}
@@ -338,7 +322,7 @@ func TestStateCleanReturn(t *testing.T) {
 	var defPath, defTimeout, defDateStyle string
 	{
 		fresh := l.connect(t, "app", "appdb")
-		if err := fresh.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')").Scan(&defPath, &defTimeout, &defDateStyle); err != nil {
+		if err := fresh.QueryRow(ctx, stSettingsSQL).Scan(&defPath, &defTimeout, &defDateStyle); err != nil {
 			t.Fatal(err)
 		}
 		_ = fresh.Close(ctx)
@@ -432,7 +416,7 @@ func TestStateCleanReturn(t *testing.T) {
 		t.Errorf("next client's backend holds %d advisory locks", locks)
 	}
 	var path, timeout, dateStyle string
-	if err := next.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')").Scan(&path, &timeout, &dateStyle); err != nil {
+	if err := next.QueryRow(ctx, stSettingsSQL).Scan(&path, &timeout, &dateStyle); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []struct{ name, got, want string }{
@@ -454,11 +438,9 @@ func TestStateCleanReturn(t *testing.T) {
 	}
 	// A notification on the old channel reaches nobody through this client.
 	stExec(t, super, "NOTIFY "+n+", 'stale'")
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if nt, err := next.WaitForNotification(wctx); err == nil {
+	if nt, err := stNotification(next, 300*time.Millisecond); err == nil {
 		t.Errorf("next client received the previous session's notification %+v", nt)
 	}
-	cancel()
 	// And the next client can itself do everything again.
 	stExec(t, next, "CREATE TEMP TABLE "+n+" (i int)")
 	stExec(t, next, "PREPARE "+n+"_stmt AS SELECT 1")
