@@ -55,6 +55,13 @@ func (t *trackedConn) Close() error {
 	return err
 }
 
+// failDials makes every dial fail with err from now on (nil: none).
+func (f *fakeServer) failDials(err error) {
+	f.mu.Lock()
+	f.failWith = err
+	f.mu.Unlock()
+}
+
 func (f *fakeServer) inFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -253,6 +260,18 @@ func recv(t *testing.T, ch chan result) result {
 	}
 }
 
+// handOver takes app a's only connection (a budget of 1) on heldDB, parks
+// a waiter for wantDB behind it, lets the connection go with free (Release
+// or Destroy), and returns the connection and what the waiter got.
+func handOver(t *testing.T, m *Manager, heldDB, wantDB string, free func(*Conn)) (*Conn, result) {
+	t.Helper()
+	held := mustAcquire(t, m, "a", heldDB)
+	ch := acquireAsync(m, context.Background(), "a", wantDB)
+	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
+	free(held)
+	return held, recv(t, ch)
+}
+
 func expectStats(t *testing.T, m *Manager, app string, want Stats) {
 	t.Helper()
 	if got := m.Stats(app); got != want {
@@ -384,11 +403,7 @@ func TestWaitersServedFIFO(t *testing.T) {
 
 func TestReleaseHandsConnToWaiter(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db")
-	ch := acquireAsync(m, context.Background(), "a", "db")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Release(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db", "db", m.Release)
 	if r.err != nil || r.c != held {
 		t.Fatalf("waiter got %v, %v; want the released conn", r.c, r.err)
 	}
@@ -401,11 +416,7 @@ func TestReleaseHandsConnToWaiter(t *testing.T) {
 
 func TestReleaseToWaiterOfOtherDatabase(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db1")
-	ch := acquireAsync(m, context.Background(), "a", "db2")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Release(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db1", "db2", m.Release)
 	if r.err != nil || r.c == held || r.c.Database != "db2" {
 		t.Fatalf("waiter got %+v, %v; want a new db2 conn", r.c, r.err)
 	}
@@ -549,11 +560,7 @@ func TestInstanceSlotGoesToOldestWaiterAcrossApps(t *testing.T) {
 
 func TestDestroyWakesWaiter(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db")
-	ch := acquireAsync(m, context.Background(), "a", "db")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Destroy(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db", "db", m.Destroy)
 	if r.err != nil || r.c == held {
 		t.Fatalf("got %v, %v", r.c, r.err)
 	}
@@ -565,16 +572,14 @@ func TestDestroyWakesWaiter(t *testing.T) {
 
 func TestDialFailureFreesSlot(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Second)}})
-	f.failWith = &pgconn.PgError{Severity: "FATAL", Code: "3D000", Message: `database "nope" does not exist`}
+	f.failDials(&pgconn.PgError{Severity: "FATAL", Code: "3D000", Message: `database "nope" does not exist`})
 	_, err := m.Acquire(context.Background(), "a", "nope")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
 		t.Fatalf("err = %v, want a PgError 3D000", err)
 	}
 	expectStats(t, m, "a", Stats{})
-	f.mu.Lock()
-	f.failWith = nil
-	f.mu.Unlock()
+	f.failDials(nil)
 	c := mustAcquire(t, m, "a", "db")
 	m.Release(c)
 }
@@ -586,17 +591,13 @@ func TestDialFailureWakesNextWaiter(t *testing.T) {
 	waitFor(t, "dialing", func() bool { return m.Stats("a").Dialing == 1 })
 	ch2 := acquireAsync(m, context.Background(), "a", "db")
 	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	f.mu.Lock()
 	// A refusal by PostgreSQL is final (a connection error would be retried).
-	f.failWith = &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"}
-	f.mu.Unlock()
+	f.failDials(&pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"})
 	f.dialGate <- struct{}{}
 	if r := recv(t, ch1); r.err == nil {
 		t.Fatal("first dial should fail")
 	}
-	f.mu.Lock()
-	f.failWith = nil
-	f.mu.Unlock()
+	f.failDials(nil)
 	f.dialGate <- struct{}{}
 	r := recv(t, ch2)
 	if r.err != nil {
