@@ -51,27 +51,25 @@ func decodeStrict(doc []byte, m *manifests) error {
 	}
 	switch head.Kind {
 	case "Deployment":
-		var o appsv1.Deployment
-		m.deployments = append(m.deployments, &o)
-		return into("apps/v1", &o)
+		return decodeAs(into, &m.deployments, "apps/v1")
 	case "Service":
-		var o corev1.Service
-		m.services = append(m.services, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.services, "v1")
 	case "ConfigMap":
-		var o corev1.ConfigMap
-		m.configMaps = append(m.configMaps, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.configMaps, "v1")
 	case "Secret":
-		var o corev1.Secret
-		m.secrets = append(m.secrets, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.secrets, "v1")
 	case "PodDisruptionBudget":
-		var o policyv1.PodDisruptionBudget
-		m.pdbs = append(m.pdbs, &o)
-		return into("policy/v1", &o)
+		return decodeAs(into, &m.pdbs, "policy/v1")
 	}
 	return fmt.Errorf("unexpected kind %q", head.Kind)
+}
+
+// decodeAs appends a new object to list and decodes the document into it
+// with into, which requires apiVersion.
+func decodeAs[T any](into func(apiVersion string, obj any) error, list *[]*T, apiVersion string) error {
+	o := new(T)
+	*list = append(*list, o)
+	return into(apiVersion, o)
 }
 
 // splitDocs splits a multi-document YAML file at its "---" lines.

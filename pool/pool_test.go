@@ -272,6 +272,31 @@ func handOver(t *testing.T, m *Manager, heldDB, wantDB string, free func(*Conn))
 	return held, recv(t, ch)
 }
 
+// parkPinWaiter parks an AcquirePin of app behind the pins in use; the
+// channel gets its error.
+func parkPinWaiter(t *testing.T, m *Manager, app string) chan error {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- m.AcquirePin(context.Background(), app) }()
+	waitFor(t, "pin waiter", func() bool { return m.Stats(app).PinWaiting == 1 })
+	return ch
+}
+
+// expectWaitersFail requires the waiter on ch, the pin waiter on pinCh
+// and a new Acquire of app to fail with want.
+func expectWaitersFail(t *testing.T, m *Manager, app string, ch chan result, pinCh chan error, want error) {
+	t.Helper()
+	if r := recv(t, ch); !errors.Is(r.err, want) {
+		t.Fatalf("waiter err = %v", r.err)
+	}
+	if err := <-pinCh; !errors.Is(err, want) {
+		t.Fatalf("pin waiter err = %v", err)
+	}
+	if _, err := m.Acquire(context.Background(), app, "db"); !errors.Is(err, want) {
+		t.Fatalf("Acquire err = %v", err)
+	}
+}
+
 func expectStats(t *testing.T, m *Manager, app string, want Stats) {
 	t.Helper()
 	if got := m.Stats(app); got != want {
@@ -481,29 +506,40 @@ func TestWaitTimeoutAndCancel(t *testing.T) {
 	}
 }
 
-func TestGrantRacingTimeoutIsGivenBack(t *testing.T) {
-	// Many short waits against a conn that is released at random moments:
-	// whatever races, the pool must end consistent with no lost conn.
-	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Millisecond)}})
+// raceGrants runs 8 goroutines that each 200 times acquire, hold what they
+// got for a random moment up to 1.5 ms and release it; an acquire may fail
+// only with timeout.
+func raceGrants(t *testing.T, timeout error, acquire func() (release func(), err error)) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
-				c, err := m.Acquire(context.Background(), "a", "db")
+				release, err := acquire()
 				if err != nil {
-					if !errors.Is(err, ErrWaitTimeout) {
+					if !errors.Is(err, timeout) {
 						t.Error(err)
 					}
 					continue
 				}
 				time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-				m.Release(c)
+				release()
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+func TestGrantRacingTimeoutIsGivenBack(t *testing.T) {
+	// Many short waits against a conn that is released at random moments:
+	// whatever races, the pool must end consistent with no lost conn.
+	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Millisecond)}})
+	raceGrants(t, ErrWaitTimeout, func() (func(), error) {
+		c, err := m.Acquire(context.Background(), "a", "db")
+		return func() { m.Release(c) }, err
+	})
 	expectStats(t, m, "a", Stats{Open: 1, Idle: 1})
 	if f.openCount("a") != 1 {
 		t.Fatalf("fake server open = %d", f.openCount("a"))
@@ -703,24 +739,9 @@ func TestPins(t *testing.T) {
 
 func TestPinGrantRacingTimeout(t *testing.T) {
 	m, _ := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 4, 1, time.Millisecond)}})
-	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 200; i++ {
-				if err := m.AcquirePin(context.Background(), "a"); err != nil {
-					if !errors.Is(err, ErrPinTimeout) {
-						t.Error(err)
-					}
-					continue
-				}
-				time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-				m.ReleasePin("a")
-			}
-		}()
-	}
-	wg.Wait()
+	raceGrants(t, ErrPinTimeout, func() (func(), error) {
+		return func() { m.ReleasePin("a") }, m.AcquirePin(context.Background(), "a")
+	})
 	expectStats(t, m, "a", Stats{})
 }
 
@@ -797,19 +818,9 @@ func TestReconfigure(t *testing.T) {
 		}
 		ch := acquireAsync(m, context.Background(), "gone", "db")
 		waitFor(t, "waiter", func() bool { return m.Stats("gone").Waiting == 1 })
-		pinCh := make(chan error, 1)
-		go func() { pinCh <- m.AcquirePin(context.Background(), "gone") }()
-		waitFor(t, "pin waiter", func() bool { return m.Stats("gone").PinWaiting == 1 })
+		pinCh := parkPinWaiter(t, m, "gone")
 		m.Reconfigure(base, []AppConfig{app("a", 1, 0, 5*time.Second)})
-		if r := recv(t, ch); !errors.Is(r.err, ErrUnknownApp) {
-			t.Fatalf("waiter err = %v", r.err)
-		}
-		if err := <-pinCh; !errors.Is(err, ErrUnknownApp) {
-			t.Fatalf("pin waiter err = %v", err)
-		}
-		if _, err := m.Acquire(context.Background(), "gone", "db"); !errors.Is(err, ErrUnknownApp) {
-			t.Fatalf("Acquire err = %v", err)
-		}
+		expectWaitersFail(t, m, "gone", ch, pinCh, ErrUnknownApp)
 		expectStats(t, m, "gone", Stats{Open: 1, InUse: 1, Pinned: 1})
 		m.Release(c)
 		m.ReleasePin("gone")
@@ -1050,20 +1061,10 @@ func TestClose(t *testing.T) {
 	if err := m.AcquirePin(context.Background(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	pinCh := make(chan error, 1)
-	go func() { pinCh <- m.AcquirePin(context.Background(), "a") }()
-	waitFor(t, "pin waiter", func() bool { return m.Stats("a").PinWaiting == 1 })
+	pinCh := parkPinWaiter(t, m, "a")
 
 	m.Close()
-	if r := recv(t, ch); !errors.Is(r.err, ErrClosed) {
-		t.Fatalf("waiter err = %v", r.err)
-	}
-	if err := <-pinCh; !errors.Is(err, ErrClosed) {
-		t.Fatalf("pin waiter err = %v", err)
-	}
-	if _, err := m.Acquire(context.Background(), "a", "db"); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Acquire after Close: %v", err)
-	}
+	expectWaitersFail(t, m, "a", ch, pinCh, ErrClosed)
 	if err := m.AcquirePin(context.Background(), "a"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("AcquirePin after Close: %v", err)
 	}
