@@ -46,6 +46,24 @@ func stCommitted(t testing.TB, c *pgx.Conn, sql string) {
 	}
 }
 
+// stStart starts a lockpool with app and connects a first client to it
+// (role app, appdb).
+func stStart(t *testing.T, app appYAML) (*lp, *pgx.Conn) {
+	t.Helper()
+	l := startLockpool(t, 10, "", app)
+	return l, l.connect(t, "app", "appdb")
+}
+
+// stCommittedNoPin runs sql on c in a transaction that commits, which
+// must leave no session of app pinned; what names sql in the failure.
+func stCommittedNoPin(t testing.TB, l *lp, app string, c *pgx.Conn, sql, what string) {
+	t.Helper()
+	stCommitted(t, c, sql)
+	if p := l.Pinned(app, ""); p != 0 {
+		t.Fatalf("%s pinned the session (gauge %v)", what, p)
+	}
+}
+
 // stNotification waits up to d for a notification on c.
 func stNotification(c *pgx.Conn, d time.Duration) (*pgconn.Notification, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -68,10 +86,9 @@ const stSettingsSQL = "SELECT current_setting('search_path'), current_setting('s
 func TestStatePinListenNotify(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stlisten")
-	l := startLockpool(t, 10, "", app)
+	l, listener := stStart(t, app)
 	ctx := context.Background()
 	ch := uniqueName(t, "lp_ch")
-	listener := l.connect(t, "app", "appdb")
 	notifier := l.connect(t, "app", "appdb")
 
 	stExec(t, listener, "LISTEN "+ch)
@@ -123,17 +140,13 @@ func TestStatePinListenNotify(t *testing.T) {
 func TestStatePinTempTable(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("sttemp")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	tbl := uniqueName(t, "lp_tmp")
-	c := l.connect(t, "app", "appdb")
 	other := l.connect(t, "app", "appdb")
 
 	// ON COMMIT DROP lives only in its transaction: no pin.
-	stCommitted(t, c, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP")
-	if p := l.Pinned(app.name, ""); p != 0 {
-		t.Fatalf("ON COMMIT DROP temp table pinned the session (gauge %v)", p)
-	}
+	stCommittedNoPin(t, l, app.name, c, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP", "ON COMMIT DROP temp table")
 
 	stExec(t, c, "CREATE TEMP TABLE "+tbl+" (i int)")
 	l.wantPinned(t, app.name, "temp_table", 1)
@@ -167,16 +180,12 @@ func TestStatePinTempTable(t *testing.T) {
 func TestStatePinHoldCursor(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stcursor")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	cur := uniqueName(t, "lp_cur")
-	c := l.connect(t, "app", "appdb")
 
 	// A cursor without HOLD ends with its transaction: no pin.
-	stCommitted(t, c, "DECLARE "+cur+"_x CURSOR FOR SELECT 1")
-	if p := l.Pinned(app.name, ""); p != 0 {
-		t.Fatalf("a cursor without HOLD pinned the session (gauge %v)", p)
-	}
+	stCommittedNoPin(t, l, app.name, c, "DECLARE "+cur+"_x CURSOR FOR SELECT 1", "a cursor without HOLD")
 
 	stCommitted(t, c, "DECLARE "+cur+" CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) AS g")
 	l.wantPinned(t, app.name, "cursor", 1)
@@ -211,10 +220,9 @@ func TestStatePinHoldCursor(t *testing.T) {
 func TestStatePinPrepare(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stprepare")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	name := uniqueName(t, "lp_p")
-	c := l.connect(t, "app", "appdb")
 
 	stExec(t, c, "PREPARE "+name+"(int) AS SELECT $1 + 1")
 	l.wantPinned(t, app.name, "prepare", 1)
@@ -250,9 +258,8 @@ func TestStateReject(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("streject")
 	app.state = "reject"
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
-	c := l.connect(t, "app", "appdb")
 	n := uniqueName(t, "lp_rej")
 
 	_, err := c.Exec(ctx, "LISTEN "+n)
