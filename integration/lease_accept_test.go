@@ -321,10 +321,8 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 // A stale holder can neither renew nor release the new holder's lease.
 func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: stale-a")
-	b := startLockpool(t, 10, "instance_id: stale-b")
+	a, b, name := startLeasePair(t, "stale")
 	ctx := context.Background()
-	name := "stale-" + fmt.Sprint(time.Now().UnixNano())
 	stale := a.connectNotices(t, "app", "appdb")
 	old := mustAcquire(t, stale, name, 2, 0)
 
@@ -396,8 +394,7 @@ func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 // other instance gets it within 1 s.
 func TestLeaseReleasedOnDisconnect(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: disc-a")
-	b := startLockpool(t, 10, "instance_id: disc-b")
+	a, b, _ := startLeasePair(t, "disc")
 	for _, how := range []string{"terminate", "tcp-close"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
@@ -425,11 +422,9 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 // COMMIT; a stale token raises LP001.
 func TestLeaseFence(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: fence-a")
-	b := startLockpool(t, 10, "instance_id: fence-b")
+	a, b, name := startLeasePair(t, "fence")
 	leaseTable(t, "lease_fence_t", "tok bigint, at timestamptz DEFAULT clock_timestamp()")
 	ctx := context.Background()
-	name := "fence-" + fmt.Sprint(time.Now().UnixNano())
 	holder := a.connect(t, "app", "appdb")
 	tok := mustAcquire(t, holder, name, 2, 0)
 
@@ -511,10 +506,8 @@ func TestLeaseFence(t *testing.T) {
 // 2 s that loses no lease.
 func TestLeaseListColumns(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: list-a")
-	b := startLockpool(t, 10, "instance_id: list-b")
+	a, b, name := startLeasePair(t, "list")
 	ctx := context.Background()
-	name := "list-" + fmt.Sprint(time.Now().UnixNano())
 	mine := a.connect(t, "app", "appdb")
 	other := b.connect(t, "app", "appdb")
 	tok := mustAcquire(t, mine, name, 20, 0)

@@ -266,10 +266,8 @@ func TestLeaseWaiterDisconnects(t *testing.T) {
 // Shutting lockpool down releases its sessions' leases at once.
 func TestLeaseReleasedOnShutdown(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: shut-a")
-	b := startLockpool(t, 10, "instance_id: shut-b")
+	a, b, name := startLeasePair(t, "shut")
 	ctx := context.Background()
-	name := fmt.Sprintf("shut-%d", time.Now().UnixNano())
 	holder := a.connect(t, "app", "appdb")
 	old := mustAcquire(t, holder, name, 60, 0)
 	waiter := b.connect(t, "app", "appdb")

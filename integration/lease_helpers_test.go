@@ -73,6 +73,16 @@ func acquireLease(ctx context.Context, c leaseQuerier, name string, ttl, wait fl
 	return *tok, true, nil
 }
 
+// startLeasePair starts two lockpools with instance ids prefix-a and
+// prefix-b and returns them with a lease name unique to the run
+// (prefix-<nanoseconds>).
+func startLeasePair(t *testing.T, prefix string) (a, b *lp, name string) {
+	t.Helper()
+	a = startLockpool(t, 10, "instance_id: "+prefix+"-a")
+	b = startLockpool(t, 10, "instance_id: "+prefix+"-b")
+	return a, b, fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}
+
 // leaseGrant is what a lease_acquire returned, and when.
 type leaseGrant struct {
 	tok int64
