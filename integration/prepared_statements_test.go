@@ -91,6 +91,22 @@ func prepDDLTargets() []prepTarget {
 	}
 }
 
+// prepOpen opens tg for a (sub)test with the per-test objects, under a
+// minute's deadline.
+func prepOpen(t *testing.T, tg prepTarget) (context.Context, prepObjects, prepDSNs) {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	o := setupPrepObjects(t, ctx)
+	return ctx, o, tg.open(t)
+}
+
+// prepTypeTableSQL creates the table (%s) whose column c the result-type
+// tests change with prepTypeChangeSQL: int 7, then bigint 5000000000.
+const (
+	prepTypeTableSQL  = "CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)"
+	prepTypeChangeSQL = "ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1"
+)
+
 // prepName is an SQL identifier unique to the running (sub)test: uniqueName
 // cut short enough to end in a hash of the whole test name, so long subtest
 // names never collide after truncation.
@@ -444,9 +460,7 @@ func runScripts(t *testing.T, targets []prepTarget, scripts []prepScript) {
 			}
 			for _, tg := range targets {
 				t.Run(s.name+"/"+driver+"/"+tg.name, func(t *testing.T) {
-					ctx := testenv.Context(t, time.Minute)
-					o := setupPrepObjects(t, ctx)
-					d := tg.open(t)
+					ctx, o, d := prepOpen(t, tg)
 					var got []string
 					if driver == "pgx" {
 						got = runPgxScript(t, ctx, d, o, s)
@@ -651,7 +665,7 @@ func TestPreparedResultTypeChange(t *testing.T) {
 			d := tg.open(t)
 			tbl := prepTable(t, "prt")
 			ddl := prepConnect(t, ctx, d.ddl)
-			if _, err := ddl.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)", tbl)); err != nil {
+			if _, err := ddl.Exec(ctx, fmt.Sprintf(prepTypeTableSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			query := fmt.Sprintf("SELECT c, pg_backend_pid() FROM %s WHERE id = $1", tbl)
@@ -686,7 +700,7 @@ func TestPreparedResultTypeChange(t *testing.T) {
 				t.Fatalf("statement prepared on %d server connections, want %d", len(servers), prepBudget)
 			}
 
-			if _, err := ddl.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1", tbl)); err != nil {
+			if _, err := ddl.Exec(ctx, fmt.Sprintf(prepTypeChangeSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 
@@ -945,9 +959,7 @@ func TestPreparedWireErrorAtSync(t *testing.T) {
 	for _, tc := range cases {
 		for _, tg := range prepTargets() {
 			t.Run(tc.name+"/"+tg.name, func(t *testing.T) {
-				ctx := testenv.Context(t, time.Minute)
-				o := setupPrepObjects(t, ctx)
-				d := tg.open(t)
+				ctx, o, d := prepOpen(t, tg)
 				fe, nc := rawClient(t, ctx, d.client)
 				checkTrace(t, tg, wireTrace(t, fe, nc, tc.rounds(o)), tc.want)
 			})
@@ -968,7 +980,7 @@ func TestPreparedLibPQResultTypeChange(t *testing.T) {
 			d := tg.open(t)
 			tbl := prepTable(t, "plt")
 			db, ddl := prepOpenPQ(t, d.client), prepOpenPQ(t, d.ddl)
-			if _, err := ddl.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)", tbl)); err != nil {
+			if _, err := ddl.ExecContext(ctx, fmt.Sprintf(prepTypeTableSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			query := fmt.Sprintf("SELECT c FROM %s WHERE id = $1", tbl)
@@ -1013,7 +1025,7 @@ func TestPreparedLibPQResultTypeChange(t *testing.T) {
 				}
 				return tx.Commit
 			})
-			if _, err := ddl.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1", tbl)); err != nil {
+			if _, err := ddl.ExecContext(ctx, fmt.Sprintf(prepTypeChangeSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			for i := range conns {
@@ -1051,9 +1063,7 @@ func TestPreparedWireParseAfterDrop(t *testing.T) {
 	t.Parallel()
 	for _, tg := range prepDDLTargets() {
 		t.Run(tg.name, func(t *testing.T) {
-			ctx := testenv.Context(t, time.Minute)
-			o := setupPrepObjects(t, ctx)
-			d := tg.open(t)
+			ctx, o, d := prepOpen(t, tg)
 			ddl := prepConnect(t, ctx, d.ddl)
 			if _, err := ddl.Exec(ctx, o.expand("CREATE TABLE {t} (v int); INSERT INTO {t} VALUES (1)")); err != nil {
 				t.Fatal(err)
