@@ -1102,50 +1102,82 @@ func TestConnectionsMetric(t *testing.T) {
 	}
 }
 
-// counterValue returns the value of a counter or gauge sample.
-func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+// series is one series of a gathered metric: its labels, and its value
+// as a counter, as a gauge (nil when it is not one) and as a histogram
+// (its sample count, 0 when it is not one).
+type series struct {
+	labels         map[string]string
+	counter, gauge *float64
+	histCount      uint64
+}
+
+// gatherSeries returns the series of the metric name in g, in the order
+// the registry gathers them.
+func gatherSeries(t *testing.T, g prometheus.Gatherer, name string) []series {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []series
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-	next:
 		for _, mt := range mf.GetMetric() {
+			s := series{labels: map[string]string{}, histCount: mt.GetHistogram().GetSampleCount()}
 			for _, lp := range mt.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
+				s.labels[lp.GetName()] = lp.GetValue()
 			}
 			if mt.Counter != nil {
-				return mt.Counter.GetValue()
+				v := mt.Counter.GetValue()
+				s.counter = &v
 			}
-			return mt.Gauge.GetValue()
+			if mt.Gauge != nil {
+				v := mt.Gauge.GetValue()
+				s.gauge = &v
+			}
+			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// value is the series' counter value, else its gauge value, else 0.
+func (s series) value() float64 {
+	switch {
+	case s.counter != nil:
+		return *s.counter
+	case s.gauge != nil:
+		return *s.gauge
+	}
+	return 0
+}
+
+// counterValue returns the value of a counter or gauge sample whose labels
+// are exactly labels.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+next:
+	for _, s := range gatherSeries(t, g, name) {
+		for k, v := range s.labels {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		return s.value()
 	}
 	t.Fatalf("no sample %s%v", name, labels)
 	return 0
 }
 
+// histCount returns the sample count of the histogram name{app=app}, 0
+// when there is none.
 func histCount(t *testing.T, g prometheus.Gatherer, name, app string) uint64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, lp := range mt.GetLabel() {
-				if lp.GetName() == "app" && lp.GetValue() == app {
-					return mt.GetHistogram().GetSampleCount()
-				}
-			}
+	for _, s := range gatherSeries(t, g, name) {
+		if v, ok := s.labels["app"]; ok && v == app {
+			return s.histCount
 		}
 	}
 	return 0
