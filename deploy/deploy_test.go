@@ -51,27 +51,25 @@ func decodeStrict(doc []byte, m *manifests) error {
 	}
 	switch head.Kind {
 	case "Deployment":
-		var o appsv1.Deployment
-		m.deployments = append(m.deployments, &o)
-		return into("apps/v1", &o)
+		return decodeAs(into, &m.deployments, "apps/v1")
 	case "Service":
-		var o corev1.Service
-		m.services = append(m.services, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.services, "v1")
 	case "ConfigMap":
-		var o corev1.ConfigMap
-		m.configMaps = append(m.configMaps, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.configMaps, "v1")
 	case "Secret":
-		var o corev1.Secret
-		m.secrets = append(m.secrets, &o)
-		return into("v1", &o)
+		return decodeAs(into, &m.secrets, "v1")
 	case "PodDisruptionBudget":
-		var o policyv1.PodDisruptionBudget
-		m.pdbs = append(m.pdbs, &o)
-		return into("policy/v1", &o)
+		return decodeAs(into, &m.pdbs, "policy/v1")
 	}
 	return fmt.Errorf("unexpected kind %q", head.Kind)
+}
+
+// decodeAs appends a new object to list and decodes the document into it
+// with into, which requires apiVersion.
+func decodeAs[T any](into func(apiVersion string, obj any) error, list *[]*T, apiVersion string) error {
+	o := new(T)
+	*list = append(*list, o)
+	return into(apiVersion, o)
 }
 
 // splitDocs splits a multi-document YAML file at its "---" lines.
@@ -144,7 +142,7 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != sec.Name {
 		t.Errorf("the container does not take its environment from the Secret %q", sec.Name)
 	}
-	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]), "configmap config.yaml", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := config.Parse([]byte(cm.Data["config.yaml"]), "configmap config.yaml", envLookup(env))
 	if err != nil {
 		t.Fatalf("the ConfigMap's config.yaml does not load: %v", err)
 	}
@@ -210,6 +208,11 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
+// envLookup looks variables up in env.
+func envLookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
 // dockerfileEnv returns the variables the Dockerfile's ENV lines set.
 func dockerfileEnv(t *testing.T) map[string]string {
 	t.Helper()
@@ -263,7 +266,7 @@ func TestDockerImageConfig(t *testing.T) {
 			for k, v := range tc.set {
 				env[k] = v
 			}
-			cfg, err := config.Parse(data, "docker/config.yaml", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			cfg, err := config.Parse(data, "docker/config.yaml", envLookup(env))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("does not load: %v", err)
@@ -278,22 +281,44 @@ func TestDockerImageConfig(t *testing.T) {
 	}
 }
 
-func TestSystemdUnit(t *testing.T) {
-	data, err := os.ReadFile("systemd/lockpool.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := string(data)
-	for _, want := range []string{
+// systemdUnitLines are the lines each unit file in systemd/ must have
+// (TestSystemdUnit, TestSystemdSlotUnit).
+var systemdUnitLines = map[string][]string{
+	"lockpool.service": {
 		"ExecStart=/usr/local/bin/lockpool -config /etc/lockpool/config.yaml",
 		"ExecReload=/usr/local/bin/lockpool -check -config /etc/lockpool/config.yaml",
 		"ExecReload=/bin/kill -HUP $MAINPID",
 		"KillSignal=SIGTERM",
 		"User=lockpool",
 		"NoNewPrivileges=yes",
-	} {
+	},
+	"lockpool@.service": {
+		"Type=notify",
+		"ExecStart=/usr/local/bin/lockpool -config /etc/lockpool/config.yaml",
+		"ExecReload=/bin/kill -HUP $MAINPID",
+		"KillSignal=SIGTERM",
+		"User=lockpool",
+		"RuntimeDirectory=lockpool",
+		"RuntimeDirectoryMode=0700",
+		"RuntimeDirectoryPreserve=yes",
+		"#   handover_socket: /run/lockpool/handover.sock",
+		"#   systemctl enable --now lockpool@b && systemctl disable --now lockpool@a",
+	},
+}
+
+// checkSystemdUnit requires the unit file to have each of its
+// systemdUnitLines and a TimeoutStopSec that leaves the default
+// shutdown_timeout (30s) time to drain.
+func checkSystemdUnit(t *testing.T, file string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("systemd", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(data)
+	for _, want := range systemdUnitLines[file] {
 		if !strings.Contains(unit, "\n"+want+"\n") {
-			t.Errorf("lockpool.service has no line %q", want)
+			t.Errorf("%s has no line %q", file, want)
 		}
 	}
 	m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)$`).FindStringSubmatch(unit)
@@ -305,39 +330,16 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
+func TestSystemdUnit(t *testing.T) {
+	checkSystemdUnit(t, "lockpool.service")
+}
+
 // TestSystemdSlotUnit checks the two-slot unit for restarts that refuse no
 // one: the same command as lockpool.service, Type=notify (systemctl start
 // returns once the new slot accepts), a runtime directory for the handover
 // socket that survives the other slot's stop, and the drain's margin.
 func TestSystemdSlotUnit(t *testing.T) {
-	data, err := os.ReadFile("systemd/lockpool@.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := string(data)
-	for _, want := range []string{
-		"Type=notify",
-		"ExecStart=/usr/local/bin/lockpool -config /etc/lockpool/config.yaml",
-		"ExecReload=/bin/kill -HUP $MAINPID",
-		"KillSignal=SIGTERM",
-		"User=lockpool",
-		"RuntimeDirectory=lockpool",
-		"RuntimeDirectoryMode=0700",
-		"RuntimeDirectoryPreserve=yes",
-		"#   handover_socket: /run/lockpool/handover.sock",
-		"#   systemctl enable --now lockpool@b && systemctl disable --now lockpool@a",
-	} {
-		if !strings.Contains(unit, "\n"+want+"\n") {
-			t.Errorf("lockpool@.service has no line %q", want)
-		}
-	}
-	m := regexp.MustCompile(`(?m)^TimeoutStopSec=(\d+)$`).FindStringSubmatch(unit)
-	if m == nil {
-		t.Fatal("no TimeoutStopSec")
-	}
-	if n, _ := strconv.Atoi(m[1]); time.Duration(n)*time.Second <= 30*time.Second {
-		t.Errorf("TimeoutStopSec=%s does not leave the default shutdown_timeout (30s) time to drain", m[1])
-	}
+	checkSystemdUnit(t, "lockpool@.service")
 }
 
 // dashboard is the part of a Grafana dashboard the test reads.
@@ -357,6 +359,20 @@ type panel struct {
 
 var metricName = regexp.MustCompile(`\blockpool_[a-z_]+`)
 
+// documentedMetricNames is the set of metrics README.md documents.
+func documentedMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	documented, err := testenv.DocumentedMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, m := range documented {
+		known[m.Name] = true
+	}
+	return known
+}
+
 func TestGrafanaDashboard(t *testing.T) {
 	data, err := os.ReadFile("grafana/lockpool.json")
 	if err != nil {
@@ -366,14 +382,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatal(err)
 	}
-	documented, err := testenv.DocumentedMetrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	known := map[string]bool{}
-	for _, m := range documented {
-		known[m.Name] = true
-	}
+	known := documentedMetricNames(t)
 	used := map[string]bool{}
 	var walk func([]panel)
 	walk = func(ps []panel) {
@@ -436,14 +445,7 @@ func TestAlertRulesNameDocumentedMetrics(t *testing.T) {
 	if err := yaml.Unmarshal(data, &rules); err != nil {
 		t.Fatal(err)
 	}
-	documented, err := testenv.DocumentedMetrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	known := map[string]bool{}
-	for _, m := range documented {
-		known[m.Name] = true
-	}
+	known := documentedMetricNames(t)
 	n := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {

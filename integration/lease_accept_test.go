@@ -300,17 +300,7 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	old := mustAcquire(t, holder, name, 3, 0)
 
 	waiter := b.connect(t, "app", "appdb")
-	type res struct {
-		tok int64
-		ok  bool
-		err error
-		at  time.Time
-	}
-	done := make(chan res, 1)
-	go func() {
-		tok, ok, err := acquireLease(ctx, waiter, name, 30, 10)
-		done <- res{tok, ok, err, time.Now()}
-	}()
+	done := waitLease(ctx, waiter, name, 30, 10)
 	// The lease is renewed by the holder's instance while it lives.
 	time.Sleep(4 * time.Second)
 	select {
@@ -320,31 +310,19 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	}
 	proc.Kill()
 	killed := time.Now()
-	select {
-	case r := <-done:
-		if r.err != nil || !r.ok {
-			t.Fatalf("waiter: token %d ok %v err %v", r.tok, r.ok, r.err)
-		}
-		if d := r.at.Sub(killed); d > 4*time.Second {
-			t.Fatalf("waiter got the lease %v after SIGKILL, want within ttl + 1 s = 4 s", d)
-		} else {
-			t.Logf("waiter got the lease %v after SIGKILL", d)
-		}
-		if r.tok <= old {
-			t.Fatalf("takeover token %d <= old token %d", r.tok, old)
-		}
-	case <-time.After(6 * time.Second):
-		t.Fatal("waiter did not get the lease within 6 s of SIGKILL")
+	r := leaseTakeover(t, done, old, 6*time.Second, "SIGKILL")
+	if d := r.at.Sub(killed); d > 4*time.Second {
+		t.Fatalf("waiter got the lease %v after SIGKILL, want within ttl + 1 s = 4 s", d)
+	} else {
+		t.Logf("waiter got the lease %v after SIGKILL", d)
 	}
 }
 
 // A stale holder can neither renew nor release the new holder's lease.
 func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: stale-a")
-	b := startLockpool(t, 10, "instance_id: stale-b")
+	a, b, name := startLeasePair(t, "stale")
 	ctx := context.Background()
-	name := "stale-" + fmt.Sprint(time.Now().UnixNano())
 	stale := a.connectNotices(t, "app", "appdb")
 	old := mustAcquire(t, stale, name, 2, 0)
 
@@ -416,8 +394,7 @@ func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 // other instance gets it within 1 s.
 func TestLeaseReleasedOnDisconnect(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: disc-a")
-	b := startLockpool(t, 10, "instance_id: disc-b")
+	a, b, _ := startLeasePair(t, "disc")
 	for _, how := range []string{"terminate", "tcp-close"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
@@ -425,17 +402,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 			holder := a.connect(t, "app", "appdb")
 			old := mustAcquire(t, holder, name, 60, 0)
 			waiter := b.connect(t, "app", "appdb")
-			type res struct {
-				tok int64
-				ok  bool
-				err error
-				at  time.Time
-			}
-			done := make(chan res, 1)
-			go func() {
-				tok, ok, err := acquireLease(ctx, waiter, name, 30, 10)
-				done <- res{tok, ok, err, time.Now()}
-			}()
+			done := waitLease(ctx, waiter, name, 30, 10)
 			time.Sleep(500 * time.Millisecond)
 			closed := time.Now()
 			if how == "terminate" {
@@ -443,19 +410,9 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 			} else {
 				_ = holder.PgConn().Conn().Close()
 			}
-			select {
-			case r := <-done:
-				if r.err != nil || !r.ok {
-					t.Fatalf("waiter: %d %v %v", r.tok, r.ok, r.err)
-				}
-				if d := r.at.Sub(closed); d > time.Second {
-					t.Fatalf("waiter got the lease %v after the holder closed, want within 1 s", d)
-				}
-				if r.tok <= old {
-					t.Fatalf("token %d <= %d", r.tok, old)
-				}
-			case <-time.After(3 * time.Second):
-				t.Fatal("waiter did not get the lease within 3 s of the holder closing")
+			r := leaseTakeover(t, done, old, 3*time.Second, "the holder closing")
+			if d := r.at.Sub(closed); d > time.Second {
+				t.Fatalf("waiter got the lease %v after the holder closed, want within 1 s", d)
 			}
 		})
 	}
@@ -465,11 +422,9 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 // COMMIT; a stale token raises LP001.
 func TestLeaseFence(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: fence-a")
-	b := startLockpool(t, 10, "instance_id: fence-b")
+	a, b, name := startLeasePair(t, "fence")
 	leaseTable(t, "lease_fence_t", "tok bigint, at timestamptz DEFAULT clock_timestamp()")
 	ctx := context.Background()
-	name := "fence-" + fmt.Sprint(time.Now().UnixNano())
 	holder := a.connect(t, "app", "appdb")
 	tok := mustAcquire(t, holder, name, 2, 0)
 
@@ -492,17 +447,7 @@ func TestLeaseFence(t *testing.T) {
 	// A waiter on the other instance: must not get the lease while the
 	// fenced transaction is open, even after the ttl (2 s) has passed.
 	waiter := b.connect(t, "app", "appdb")
-	type res struct {
-		tok int64
-		ok  bool
-		err error
-		at  time.Time
-	}
-	done := make(chan res, 1)
-	go func() {
-		tok, ok, err := acquireLease(ctx, waiter, name, 30, 10)
-		done <- res{tok, ok, err, time.Now()}
-	}()
+	done := waitLease(ctx, waiter, name, 30, 10)
 	time.Sleep(3 * time.Second)
 	// A non-waiting acquire on a third session also fails.
 	third := b.connect(t, "app", "appdb")
@@ -521,23 +466,12 @@ func TestLeaseFence(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("COMMIT of the fenced transaction: %v", err)
 	}
-	var newTok int64
-	select {
-	case r := <-done:
-		if r.err != nil || !r.ok {
-			t.Fatalf("waiter: %d %v %v", r.tok, r.ok, r.err)
-		}
-		if r.at.Before(committed) {
-			t.Fatal("waiter got the lease before COMMIT")
-		}
-		if r.tok <= tok {
-			t.Fatalf("takeover token %d <= %d", r.tok, tok)
-		}
-		newTok = r.tok
-		t.Logf("takeover %v after COMMIT", r.at.Sub(committed))
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter did not get the expired lease within 5 s of COMMIT")
+	r := leaseTakeover(t, done, tok, 5*time.Second, "COMMIT")
+	if r.at.Before(committed) {
+		t.Fatal("waiter got the lease before COMMIT")
 	}
+	newTok := r.tok
+	t.Logf("takeover %v after COMMIT", r.at.Sub(committed))
 
 	// The old holder's token is stale now: LP001, and the transaction is
 	// aborted (nothing it wrote commits).
@@ -572,10 +506,8 @@ func TestLeaseFence(t *testing.T) {
 // 2 s that loses no lease.
 func TestLeaseListColumns(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: list-a")
-	b := startLockpool(t, 10, "instance_id: list-b")
+	a, b, name := startLeasePair(t, "list")
 	ctx := context.Background()
-	name := "list-" + fmt.Sprint(time.Now().UnixNano())
 	mine := a.connect(t, "app", "appdb")
 	other := b.connect(t, "app", "appdb")
 	tok := mustAcquire(t, mine, name, 20, 0)

@@ -18,8 +18,7 @@ import (
 
 func TestLeaseClientsPgx(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: pgx-a")
-	b := startLockpool(t, 10, "instance_id: pgx-b")
+	a, b, _ := startLeasePair(t, "pgx")
 	modes := []pgx.QueryExecMode{
 		pgx.QueryExecModeCacheStatement, // pgx's default
 		pgx.QueryExecModeCacheDescribe,
@@ -133,9 +132,7 @@ func TestLeaseClientsPsql(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/psql"); err != nil {
 		skipOrFail(t, "psql is not installed")
 	}
-	a := startLockpool(t, 10, "instance_id: psql-a")
-	b := startLockpool(t, 10, "instance_id: psql-b")
-	name := fmt.Sprintf("psql-%d", time.Now().UnixNano())
+	a, b, name := startLeasePair(t, "psql")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The other instance holds a second lease so psql can watch a takeover.

@@ -26,20 +26,11 @@ func TestLeaseAcquireCancel(t *testing.T) {
 	check := func(t *testing.T, name string, waiter *pgx.Conn, cancelIt func(), ctx context.Context) {
 		t.Helper()
 		mustAcquire(t, holder, name, 60, 0)
-		type res struct {
-			ok  bool
-			err error
-			at  time.Time
-		}
-		done := make(chan res, 1)
-		go func() {
-			_, ok, err := acquireLease(ctx, waiter, name, 30, 30)
-			done <- res{ok, err, time.Now()}
-		}()
+		done := waitLease(ctx, waiter, name, 30, 30)
 		time.Sleep(500 * time.Millisecond)
 		cancelled := time.Now()
 		cancelIt()
-		var r res
+		var r leaseGrant
 		select {
 		case r = <-done:
 		case <-time.After(5 * time.Second):
@@ -275,37 +266,19 @@ func TestLeaseWaiterDisconnects(t *testing.T) {
 // Shutting lockpool down releases its sessions' leases at once.
 func TestLeaseReleasedOnShutdown(t *testing.T) {
 	t.Parallel()
-	a := startLockpool(t, 10, "instance_id: shut-a")
-	b := startLockpool(t, 10, "instance_id: shut-b")
+	a, b, name := startLeasePair(t, "shut")
 	ctx := context.Background()
-	name := fmt.Sprintf("shut-%d", time.Now().UnixNano())
 	holder := a.connect(t, "app", "appdb")
 	old := mustAcquire(t, holder, name, 60, 0)
 	waiter := b.connect(t, "app", "appdb")
-	type res struct {
-		tok int64
-		ok  bool
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		tok, ok, err := acquireLease(ctx, waiter, name, 60, 10)
-		done <- res{tok, ok, err}
-	}()
+	done := waitLease(ctx, waiter, name, 60, 10)
 	time.Sleep(300 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
 	_ = a.srv.Shutdown(sctx)
-	select {
-	case r := <-done:
-		if r.err != nil || !r.ok || r.tok <= old {
-			t.Fatalf("waiter: %d %v %v (old token %d)", r.tok, r.ok, r.err, old)
-		}
-		t.Logf("waiter got the lease %v after Shutdown began", time.Since(start))
-	case <-time.After(8 * time.Second):
-		t.Fatal("lease not released within 8 s of Shutdown (ttl 60 s)")
-	}
+	leaseTakeover(t, done, old, 8*time.Second, "Shutdown (ttl 60 s)")
+	t.Logf("waiter got the lease %v after Shutdown began", time.Since(start))
 }
 
 // Bad arguments get clear errors; pgx batches with lease calls.

@@ -73,6 +73,54 @@ func acquireLease(ctx context.Context, c leaseQuerier, name string, ttl, wait fl
 	return *tok, true, nil
 }
 
+// startLeasePair starts two lockpools with instance ids prefix-a and
+// prefix-b and returns them with a lease name unique to the run
+// (prefix-<nanoseconds>).
+func startLeasePair(t *testing.T, prefix string) (a, b *lp, name string) {
+	t.Helper()
+	a = startLockpool(t, 10, "instance_id: "+prefix+"-a")
+	b = startLockpool(t, 10, "instance_id: "+prefix+"-b")
+	return a, b, fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}
+
+// leaseGrant is what a lease_acquire returned, and when.
+type leaseGrant struct {
+	tok int64
+	ok  bool
+	err error
+	at  time.Time
+}
+
+// waitLease calls lease_acquire(name, ttl, wait) on c in the background;
+// the channel gets its result.
+func waitLease(ctx context.Context, c leaseQuerier, name string, ttl, wait float64) <-chan leaseGrant {
+	done := make(chan leaseGrant, 1)
+	go func() {
+		tok, ok, err := acquireLease(ctx, c, name, ttl, wait)
+		done <- leaseGrant{tok, ok, err, time.Now()}
+	}()
+	return done
+}
+
+// leaseTakeover waits up to timeout (after what) for the waiter's result
+// on done, which must be a token larger than old.
+func leaseTakeover(t testing.TB, done <-chan leaseGrant, old int64, timeout time.Duration, what string) leaseGrant {
+	t.Helper()
+	select {
+	case r := <-done:
+		if r.err != nil || !r.ok {
+			t.Fatalf("waiter: token %d ok %v err %v", r.tok, r.ok, r.err)
+		}
+		if r.tok <= old {
+			t.Fatalf("takeover token %d <= old token %d", r.tok, old)
+		}
+		return r
+	case <-time.After(timeout):
+		t.Fatalf("waiter did not get the lease within %v of %s", timeout, what)
+	}
+	return leaseGrant{}
+}
+
 func mustAcquire(t testing.TB, c leaseQuerier, name string, ttl, wait float64) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(wait+15)*time.Second)

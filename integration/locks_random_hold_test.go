@@ -8,13 +8,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"math/rand"
-	"os"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"math"
 	"testing"
 	"time"
 
@@ -50,55 +44,24 @@ const lkhRowsSQL = `SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint, l
 	WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 	AND ((l.classid::bigint << 32) | l.objid::bigint) BETWEEN 9400001 AND 9699999`
 
-// lkhRow is a granted lock on one of this test's keys.
-type lkhRow struct {
-	pid      uint32
-	key      int64
-	mode     string
-	lockConn bool
-}
-
-func lkhRows(ctx context.Context, su *pgx.Conn) ([]lkhRow, error) {
-	rows, err := su.Query(ctx, lkhRowsSQL, advisory.ApplicationName)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []lkhRow
-	for rows.Next() {
-		var r lkhRow
-		var pid int32
-		if err := rows.Scan(&pid, &r.key, &r.mode, &r.lockConn); err != nil {
-			return nil, err
-		}
-		r.pid = uint32(pid)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+// lkhRows lists the granted locks on this test's keys.
+func lkhRows(ctx context.Context, su *pgx.Conn) ([]lkrLock, error) {
+	return lkrLocks(ctx, su, lkhRowsSQL, advisory.ApplicationName)
 }
 
 type lkhClient struct {
-	r      *lkrRun
-	id     int
+	lkrSession
 	direct bool
 	dsn    string
-	rng    *rand.Rand
-	conn   *pgx.Conn
 	pid    uint32                           // backend pid of the direct client
 	held   map[int64][2][]*testenv.LockHold // by mode: 0 exclusive, 1 shared
 }
 
-func (c *lkhClient) mode() pgx.QueryExecMode { return lkrModes[c.rng.Intn(len(lkrModes))] }
-
 func (c *lkhClient) connect() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.dsn)
-	if err != nil {
+	if err := c.dial(c.dsn); err != nil {
 		return err
 	}
-	c.conn = conn
-	c.pid = conn.PgConn().PID()
+	c.pid = c.conn.PgConn().PID()
 	return nil
 }
 
@@ -141,17 +104,7 @@ func (c *lkhClient) dropAll(at time.Time) {
 }
 
 func (c *lkhClient) disconnect(abrupt bool) {
-	at := time.Now()
-	if abrupt {
-		_ = c.conn.PgConn().Conn().Close()
-		c.r.count("disconnect-abrupt")
-	} else {
-		c.r.count("disconnect-terminate")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = c.conn.Close(ctx)
-	cancel()
-	c.conn = nil
+	at := c.hangUp(abrupt)
 	c.dropAll(at.Add(lkhGrace))
 }
 
@@ -163,17 +116,15 @@ func (c *lkhClient) unexpected(op string, err error) {
 	}
 }
 
-func (c *lkhClient) pick(base int64, n int) int64 { return base + int64(c.rng.Intn(n)) }
-
 func (c *lkhClient) opTry(ctx context.Context, m int) {
-	key, fn := c.pick(lkhExclBase, lkhExclN), "pg_try_advisory_lock"
+	key, fn := c.pickKey(lkhExclBase, lkhExclN), "pg_try_advisory_lock"
 	if m == 1 {
-		key, fn = c.pick(lkhShBase, lkhShN), "pg_try_advisory_lock_shared"
+		key, fn = c.pickKey(lkhShBase, lkhShN), "pg_try_advisory_lock_shared"
 	}
 	if c.rng.Intn(5) == 0 { // the other mode's keys: shared against exclusive
-		key = c.pick(lkhShBase, lkhShN)
+		key = c.pickKey(lkhShBase, lkhShN)
 		if m == 1 {
-			key = c.pick(lkhExclBase, lkhExclN)
+			key = c.pickKey(lkhExclBase, lkhExclN)
 		}
 	}
 	iv := c.r.log.Open(c.id, key)
@@ -198,7 +149,7 @@ func (c *lkhClient) opTry(ctx context.Context, m int) {
 // opLock is a blocking pg_advisory_lock bounded by a lock_timeout set by
 // SET or by SET LOCAL inside a transaction.
 func (c *lkhClient) opLock(ctx context.Context) {
-	key := c.pick(lkhExclBase, lkhExclN)
+	key := c.pickKey(lkhExclBase, lkhExclN)
 	local := c.rng.Intn(2) == 0
 	iv := c.r.log.Open(c.id, key)
 	var err error
@@ -256,7 +207,7 @@ func (c *lkhClient) opUnlock(ctx context.Context, m int) {
 	if m == 1 {
 		base, n, fn = lkhShBase, lkhShN, "pg_advisory_unlock_shared"
 	}
-	key := c.pick(base, n)
+	key := c.pickKey(base, n)
 	if c.rng.Intn(5) != 0 {
 		for k := range c.held {
 			if c.count(k, m) > 0 {
@@ -296,7 +247,7 @@ func (c *lkhClient) opXact(ctx context.Context) {
 		c.unexpected("BEGIN", err)
 		return
 	}
-	key := c.pick(lkhXactBase, lkhXactN)
+	key := c.pickKey(lkhXactBase, lkhXactN)
 	iv := c.r.log.Open(c.id, key)
 	defer func() { c.r.log.Close(iv, time.Now()) }()
 	var ok bool
@@ -352,130 +303,48 @@ func (c *lkhClient) step() {
 
 func TestLocksRandomizedHold(t *testing.T) {
 	t.Parallel()
-	seed := int64(20261201)
-	if s := os.Getenv("LOCKPOOL_LOCKS_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("LOCKPOOL_LOCKS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
+	seed := lkrSeed(t, 20261201)
 	l := startLockpool(t, 12, "", appYAML{name: lkhApp, user: lkhUser, db: "appdb", max: 3, pinned: 1, advisory: "hold", state: "pin", wait: "5s"})
-	r := &lkrRun{t: t, l: l, log: testenv.NewLockLog(), counts: map[string]int{}}
+	r := newLkrRun(t, l)
 	checkSU, su := superConn(t, "appdb"), superConn(t, "appdb")
 
-	clients := make([]*lkhClient, lkhClients+1)
-	for i := range clients {
-		c := &lkhClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb")}
-		if i == lkhClients {
+	clients := lkrStartClients(t, r, seed, lkhClients+1, func(s lkrSession) *lkhClient {
+		c := &lkhClient{lkrSession: s, held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb")}
+		if s.id == lkhClients {
 			c.direct, c.dsn = true, pgtestDSN(t, lkhUser)
 		}
-		if err := c.connect(); err != nil {
-			t.Fatal(err)
-		}
-		clients[i] = c
-	}
-	t.Cleanup(func() {
-		for _, c := range clients {
-			if c.conn != nil {
-				_ = c.conn.Close(context.Background())
-			}
-		}
+		return c
 	})
 
 	// The continuous checker: every granted lock on this test's keys is
 	// explained by a client's hold on that backend (any lock connection
 	// for lockpool's clients), and nothing is pinned.
-	var samples atomic.Int64
 	stopCheck := lkSampler(10*time.Millisecond, func() {
 		if g := l.Pinned(lkhApp, ""); g != 0 {
 			r.failf("checker: lockpool_pinned_sessions = %v under hold", g)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		qs := time.Now()
-		rows, err := lkhRows(ctx, checkSU)
-		if err != nil {
-			r.failf("checker: %v", err)
-			return
-		}
-		qe := time.Now()
-		for _, x := range rows {
-			pid := x.pid
-			if x.lockConn {
-				pid = lkhLockConnPID
-			}
-			if !r.log.Explains(pid, x.key, qs, qe) {
-				r.failf("checker: backend %d (lock connection %v) holds %s %d, but no client holds it there", x.pid, x.lockConn, x.mode, x.key)
-			}
-		}
-		samples.Add(1)
+		r.checkSample(func(ctx context.Context) ([]lkrLock, error) { return lkhRows(ctx, checkSU) },
+			func(x lkrLock) uint32 {
+				if x.lockConn {
+					return lkhLockConnPID
+				}
+				return x.pid
+			})
 	})
 	defer stopCheck()
 
-	ops := 0
-	for phase := 0; phase < lkhPhases; phase++ {
-		end := time.Now().Add(lkhPhaseDur)
-		var wg sync.WaitGroup
-		var phaseOps atomic.Int64
-		for _, c := range clients {
-			wg.Add(1)
-			go func(c *lkhClient) {
-				defer wg.Done()
-				for time.Now().Before(end) {
-					c.step()
-					phaseOps.Add(1)
-				}
-			}(c)
-		}
-		wg.Wait()
-		ops += int(phaseOps.Load())
-		lkhBarrier(t, r, su, clients, fmt.Sprintf("after phase %d", phase+1))
-		if r.fails.Load() > 0 {
-			break
-		}
-	}
+	ops := lkrRunPhases(r, clients, lkhPhases, lkhPhaseDur, math.MaxInt, func(when string) { lkhBarrier(t, r, su, clients, when) })
 
-	for _, c := range clients {
-		if c.conn != nil {
-			c.disconnect(c.id%2 == 0)
-		}
-	}
-	ctx := testenv.Context(t, 10*time.Second)
-	deadline := time.Now().Add(lkhGrace)
-	for {
+	lkrLeave(t, clients, lkhGrace, func(ctx context.Context) (bool, string) {
 		rows, err := lkhRows(ctx, su)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("1s after every client left, %d advisory locks remain: %+v", len(rows), rows)
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling pg_locks: PostgreSQL sends no signal
-	}
+		return len(rows) == 0, fmt.Sprintf("%d advisory locks remain: %+v", len(rows), rows)
+	})
 	stopCheck()
 
-	r.mu.Lock()
-	keys := make([]string, 0, len(r.counts))
-	for k := range r.counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
-	}
-	r.mu.Unlock()
-	t.Logf("seed %d: %d operations by %d clients (one direct), %d checker samples, %d violations;%s",
-		seed, ops, len(clients), samples.Load(), r.fails.Load(), b.String())
-	if samples.Load() < 10 {
-		t.Errorf("the checker only ran %d times", samples.Load())
-	}
+	r.report(seed, ops, fmt.Sprintf("%d clients (one direct)", len(clients)), fmt.Sprintf("%d violations", r.fails.Load()))
 }
 
 // lkhBarrier checks, with every client idle, that no two clients believe
@@ -520,11 +389,10 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 			r.failf("%s: key %d: conflicting beliefs %v", when, k, b.holders)
 		}
 	}
-	var rows []lkhRow
-	var err error
-	deadline := time.Now().Add(lkhGrace + 500*time.Millisecond) // releases of the last moment's disconnects
-	for {
-		if rows, err = lkhRows(ctx, su); err != nil {
+	var bad []string
+	agree := func() bool {
+		rows, err := lkhRows(ctx, su)
+		if err != nil {
 			t.Fatal(err)
 		}
 		got := map[int64]*belief{}
@@ -557,7 +425,7 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 				g.holders = map[int][2]int{-1: {}} // a backend nobody should have
 			}
 		}
-		var bad []string
+		bad = nil
 		for k, g := range got {
 			w := beliefs[k]
 			if w == nil {
@@ -581,16 +449,13 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 				bad = append(bad, fmt.Sprintf("key %d: clients believe %v, nothing in pg_locks", k, w.holders))
 			}
 		}
-		if len(bad) == 0 {
-			break
+		return len(bad) == 0
+	}
+	// The deadline allows for releases of the last moment's disconnects.
+	if !lkrPoll(time.Now().Add(lkhGrace+500*time.Millisecond), 20*time.Millisecond, agree) {
+		for _, s := range bad {
+			r.failf("%s: %s", when, s)
 		}
-		if time.Now().After(deadline) {
-			for _, s := range bad {
-				r.failf("%s: %s", when, s)
-			}
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling pg_locks: PostgreSQL sends no signal
 	}
 	// /debug/locks agrees with the lockpool clients' beliefs.
 	n := 0

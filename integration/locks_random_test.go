@@ -45,17 +45,28 @@ const (
 const lkrKeyExpr = "((classid::bigint << 32) | objid::bigint)"
 const lkrKeyCond = "locktype = 'advisory' AND granted AND objsubid = 1 AND " + lkrKeyExpr + " BETWEEN 9000001 AND 9299999"
 
+// lkrLocksSQL lists the granted locks on this test's keys for [lkrLocks]
+// (none is on a lock connection under advisory_locks: pin).
+const lkrLocksSQL = "SELECT pid, " + lkrKeyExpr + ", mode, false FROM pg_locks WHERE " + lkrKeyCond + " ORDER BY 1, 2"
+
 // lkrOwnSQL lists the advisory keys the serving backend holds.
 const lkrOwnSQL = "SELECT pg_backend_pid(), ARRAY(SELECT " + lkrKeyExpr + " FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = pg_backend_pid() ORDER BY 1)"
 
+// lkrRun is one randomized lock test: its lockpool, the lock log the
+// clients keep, the invariant violations and the operation counts.
 type lkrRun struct {
-	t      *testing.T
-	l      *lp
-	log    *testenv.LockLog
-	fails  atomic.Int64
-	dumped atomic.Bool
-	mu     sync.Mutex
-	counts map[string]int
+	t       *testing.T
+	l       *lp
+	log     *testenv.LockLog
+	fails   atomic.Int64
+	dumped  atomic.Bool
+	samples atomic.Int64 // checker samples taken
+	mu      sync.Mutex
+	counts  map[string]int
+}
+
+func newLkrRun(t *testing.T, l *lp) *lkrRun {
+	return &lkrRun{t: t, l: l, log: testenv.NewLockLog(), counts: map[string]int{}}
 }
 
 func (r *lkrRun) failf(format string, args ...any) {
@@ -73,10 +84,7 @@ func (r *lkrRun) count(what string) {
 }
 
 type lkrClient struct {
-	r     *lkrRun
-	id    int
-	rng   *rand.Rand
-	conn  *pgx.Conn
+	lkrSession
 	local string
 	held  map[int64][]*testenv.LockHold
 	pid   uint32 // the pinned backend while held is not empty
@@ -86,17 +94,11 @@ type lkrClient struct {
 // across a Sync, which pgx documents as unsafe behind poolers.
 var lkrModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
 
-func (c *lkrClient) mode() pgx.QueryExecMode { return lkrModes[c.rng.Intn(len(lkrModes))] }
-
 func (c *lkrClient) connect() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.r.l.dsn(lkrUser, "appdb"))
-	if err != nil {
+	if err := c.dial(c.r.l.dsn(lkrUser, "appdb")); err != nil {
 		return err
 	}
-	c.conn = conn
-	c.local = conn.PgConn().Conn().LocalAddr().String()
+	c.local = c.conn.PgConn().Conn().LocalAddr().String()
 	return nil
 }
 
@@ -134,17 +136,7 @@ func (c *lkrClient) dropAll(at time.Time) {
 // disconnect ends the session, abruptly (socket closed, no Terminate) or
 // not, and reconnects.
 func (c *lkrClient) disconnect(abrupt bool) {
-	at := time.Now()
-	if abrupt {
-		_ = c.conn.PgConn().Conn().Close()
-		c.r.count("disconnect-abrupt")
-	} else {
-		c.r.count("disconnect-terminate")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = c.conn.Close(ctx)
-	cancel()
-	c.conn = nil
+	at := c.hangUp(abrupt)
 	// lockpool must release the locks within the grace period.
 	c.dropAll(at.Add(lkrGrace))
 }
@@ -179,7 +171,23 @@ func (c *lkrClient) acceptable(err error) bool {
 	return false
 }
 
-func (c *lkrClient) pickKey(base int64, n int) int64 { return base + int64(c.rng.Intn(n)) }
+// failed handles the error of op: acceptable, or unexpected.
+func (c *lkrClient) failed(op string, err error) {
+	if !c.acceptable(err) {
+		c.unexpected(op, err)
+	}
+}
+
+// begin starts a transaction; nil when it could not (the error handled).
+func (c *lkrClient) begin(ctx context.Context) pgx.Tx {
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		rollbackFailedBegin(ctx, c.conn)
+		c.failed("BEGIN", err)
+		return nil
+	}
+	return tx
+}
 
 // verifyOwn asks the serving backend which of this test's keys it holds:
 // exactly the model's keys, on the pinned backend.
@@ -225,9 +233,7 @@ func (c *lkrClient) opTry(ctx context.Context, shared bool) {
 	now := time.Now()
 	if err != nil {
 		c.r.log.Close(iv, now)
-		if !c.acceptable(err) {
-			c.unexpected(fn, err)
-		}
+		c.failed(fn, err)
 		return
 	}
 	if !ok {
@@ -271,9 +277,7 @@ func (c *lkrClient) opLock(ctx context.Context) {
 		var keys []int64
 		if err := c.conn.QueryRow(ctx, lkrOwnSQL).Scan(&p, &keys); err != nil {
 			c.r.log.Close(iv, time.Now())
-			if !c.acceptable(err) {
-				c.unexpected("own-locks after lock_timeout", err)
-			}
+			c.failed("own-locks after lock_timeout", err)
 			return
 		}
 		if slices.Contains(keys, key) {
@@ -284,9 +288,7 @@ func (c *lkrClient) opLock(ctx context.Context) {
 		c.r.log.Close(iv, time.Now())
 	default:
 		c.r.log.Close(iv, now)
-		if !c.acceptable(err) {
-			c.unexpected("pg_advisory_lock", err)
-		}
+		c.failed("pg_advisory_lock", err)
 	}
 }
 
@@ -294,25 +296,19 @@ func (c *lkrClient) opLock(ctx context.Context) {
 // COMMIT and ROLLBACK alike).
 func (c *lkrClient) opTryInTx(ctx context.Context) {
 	m := c.mode()
-	tx, err := c.conn.Begin(ctx)
-	if err != nil {
-		rollbackFailedBegin(ctx, c.conn)
-		if !c.acceptable(err) {
-			c.unexpected("BEGIN", err)
-		}
+	tx := c.begin(ctx)
+	if tx == nil {
 		return
 	}
 	key := c.pickKey(lkrExclBase, lkrExclN)
 	iv := c.r.log.Open(c.id, key)
 	var ok bool
 	var pid int32
-	err = tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", m, key).Scan(&ok, &pid)
+	err := tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", m, key).Scan(&ok, &pid)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		c.r.log.Close(iv, time.Now())
-		if !c.acceptable(err) {
-			c.unexpected("try-lock in a transaction", err)
-		}
+		c.failed("try-lock in a transaction", err)
 		return
 	}
 	if ok {
@@ -339,12 +335,8 @@ func (c *lkrClient) opTryInTx(ctx context.Context) {
 // opXact takes a transaction-level lock and checks the backend's view inside
 // the transaction.
 func (c *lkrClient) opXact(ctx context.Context) {
-	tx, err := c.conn.Begin(ctx)
-	if err != nil {
-		rollbackFailedBegin(ctx, c.conn)
-		if !c.acceptable(err) {
-			c.unexpected("BEGIN", err)
-		}
+	tx := c.begin(ctx)
+	if tx == nil {
 		return
 	}
 	key := c.pickKey(lkrXactBase, lkrXactN)
@@ -355,13 +347,11 @@ func (c *lkrClient) opXact(ctx context.Context) {
 	iv := c.r.log.Open(c.id, key)
 	var ok bool
 	var pid int32
-	err = tx.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	err := tx.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		c.r.log.Close(iv, time.Now())
-		if !c.acceptable(err) {
-			c.unexpected(fn, err)
-		}
+		c.failed(fn, err)
 		return
 	}
 	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
@@ -408,9 +398,7 @@ func (c *lkrClient) opUnlock(ctx context.Context, shared bool) {
 	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
 	now := time.Now()
 	if err != nil {
-		if !c.acceptable(err) {
-			c.unexpected(fn, err)
-		}
+		c.failed(fn, err)
 		return
 	}
 	c.r.count(fmt.Sprintf("%s=%v", fn, ok))
@@ -439,9 +427,7 @@ func (c *lkrClient) opUnlockAll(ctx context.Context) {
 	var pid int32
 	err := c.conn.QueryRow(ctx, "SELECT pg_advisory_unlock_all()::text, pg_backend_pid()", c.mode()).Scan(&s, &pid)
 	if err != nil {
-		if !c.acceptable(err) {
-			c.unexpected("pg_advisory_unlock_all", err)
-		}
+		c.failed("pg_advisory_unlock_all", err)
 		return
 	}
 	c.r.count("pg_advisory_unlock_all")
@@ -452,12 +438,8 @@ func (c *lkrClient) opUnlockAll(ctx context.Context) {
 }
 
 func (c *lkrClient) opPlainTx(ctx context.Context) {
-	tx, err := c.conn.Begin(ctx)
-	if err != nil {
-		rollbackFailedBegin(ctx, c.conn)
-		if !c.acceptable(err) {
-			c.unexpected("BEGIN", err)
-		}
+	tx := c.begin(ctx)
+	if tx == nil {
 		return
 	}
 	if !c.verifyOwn(ctx, tx, nil, "plain transaction") {
@@ -516,41 +498,21 @@ func (c *lkrClient) step() {
 
 func TestLocksRandomized(t *testing.T) {
 	t.Parallel()
-	seed := int64(20240603)
-	if s := os.Getenv("LOCKPOOL_LOCKS_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("LOCKPOOL_LOCKS_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
+	seed := lkrSeed(t, 20240603)
 
 	l := startLockpool(t, 12, "", appYAML{name: lkrApp, user: lkrUser, db: "appdb", max: lkrBudget, pinned: lkrMaxPinned, advisory: "pin", state: "pin", wait: "500ms"})
-	r := &lkrRun{t: t, l: l, log: testenv.NewLockLog(), counts: map[string]int{}}
+	r := newLkrRun(t, l)
 	checkSU := superConn(t, "appdb")
 	su := superConn(t, "appdb")
 
-	clients := make([]*lkrClient, lkrClients)
-	for i := range clients {
-		c := &lkrClient{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i))), held: map[int64][]*testenv.LockHold{}}
-		if err := c.connect(); err != nil {
-			t.Fatal(err)
-		}
-		clients[i] = c
-	}
-	t.Cleanup(func() {
-		for _, c := range clients {
-			if c.conn != nil {
-				_ = c.conn.Close(context.Background())
-			}
-		}
+	clients := lkrStartClients(t, r, seed, lkrClients, func(s lkrSession) *lkrClient {
+		return &lkrClient{lkrSession: s, held: map[int64][]*testenv.LockHold{}}
 	})
 
 	// The continuous checker: every granted lock on this test's keys is one
 	// some client holds (or just released) on that very backend, and pins
 	// never exceed max_pinned.
-	var samples, maxPins atomic.Int64
+	var maxPins atomic.Int64
 	stopCheck := lkSampler(10*time.Millisecond, func() {
 		if st := l.srv.Pool().Stats(lkrApp); st.Pinned > lkrMaxPinned {
 			r.failf("checker: %d pin slots held, max_pinned %d", st.Pinned, lkrMaxPinned)
@@ -562,102 +524,27 @@ func TestLocksRandomized(t *testing.T) {
 		if g > lkrMaxPinned {
 			r.failf("checker: lockpool_pinned_sessions = %v > max_pinned %d", g, lkrMaxPinned)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		qs := time.Now()
-		rows, err := checkSU.Query(ctx, "SELECT pid, "+lkrKeyExpr+" FROM pg_locks WHERE "+lkrKeyCond)
-		if err != nil {
-			r.failf("checker: %v", err)
-			return
-		}
-		type row struct {
-			pid int32
-			key int64
-		}
-		var got []row
-		for rows.Next() {
-			var x row
-			if err := rows.Scan(&x.pid, &x.key); err != nil {
-				r.failf("checker: %v", err)
-			}
-			got = append(got, x)
-		}
-		rows.Close()
-		qe := time.Now()
-		for _, x := range got {
-			if !r.log.Explains(uint32(x.pid), x.key, qs, qe) {
-				r.failf("checker: backend %d holds advisory lock %d, but no client holds it there (a lock outlived its session or went to another client)", x.pid, x.key)
-			}
-		}
-		samples.Add(1)
+		r.checkSample(func(ctx context.Context) ([]lkrLock, error) { return lkrLocks(ctx, checkSU, lkrLocksSQL) },
+			func(x lkrLock) uint32 { return x.pid })
 	})
 	defer stopCheck()
 
-	ops := 0
-	for phase := 0; phase < lkrPhases; phase++ {
-		end := time.Now().Add(lkrPhaseDur)
-		var wg sync.WaitGroup
-		var phaseOps atomic.Int64
-		for _, c := range clients {
-			wg.Add(1)
-			go func(c *lkrClient) {
-				defer wg.Done()
-				for n := 0; n < lkrMaxOps && time.Now().Before(end); n++ {
-					c.step()
-					phaseOps.Add(1)
-				}
-			}(c)
-		}
-		wg.Wait()
-		ops += int(phaseOps.Load())
-		lkrBarrier(t, r, su, clients, fmt.Sprintf("after phase %d", phase+1))
-		if r.fails.Load() > 0 {
-			break
-		}
-	}
+	ops := lkrRunPhases(r, clients, lkrPhases, lkrPhaseDur, lkrMaxOps, func(when string) { lkrBarrier(t, r, su, clients, when) })
 
 	// Everyone leaves: half abruptly, half politely.
-	for _, c := range clients {
-		if c.conn != nil {
-			c.disconnect(c.id%2 == 0)
-		}
-	}
-	ctx := testenv.Context(t, 10*time.Second)
-	deadline := time.Now().Add(lkrGrace)
-	for {
+	lkrLeave(t, clients, lkrGrace, func(ctx context.Context) (bool, string) {
 		var n int
 		if err := su.QueryRow(ctx, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND (a.usename = $1 OR "+lkrKeyCond+")", lkrUser).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		pinned := l.Pinned(lkrApp, "")
 		st := l.srv.Pool().Stats(lkrApp)
-		if n == 0 && pinned == 0 && st.Pinned == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("1s after every client left: %d advisory locks remain, lockpool_pinned_sessions = %v, pool stats %+v", n, pinned, st)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 0 && pinned == 0 && st.Pinned == 0,
+			fmt.Sprintf("%d advisory locks remain, lockpool_pinned_sessions = %v, pool stats %+v", n, pinned, st)
+	})
 	stopCheck()
 
-	r.mu.Lock()
-	keys := make([]string, 0, len(r.counts))
-	for k := range r.counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
-	}
-	r.mu.Unlock()
-	t.Logf("seed %d: %d operations by %d clients, %d checker samples, max pinned %d;%s",
-		seed, ops, lkrClients, samples.Load(), maxPins.Load(), b.String())
-	if samples.Load() < 10 {
-		t.Errorf("the checker only ran %d times", samples.Load())
-	}
+	r.report(seed, ops, fmt.Sprintf("%d clients", lkrClients), fmt.Sprintf("max pinned %d", maxPins.Load()))
 }
 
 // lkrBarrier checks, with every client idle, that pg_locks, lockpool's pins
@@ -679,22 +566,15 @@ func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, whe
 	var got map[uint32][]int64
 	var pinned float64
 	var st struct{ Pinned, PinWaiting int }
-	deadline := time.Now().Add(lkrGrace + 500*time.Millisecond) // disconnects of the last moment
-	for {
+	agree := func() bool {
 		got = map[uint32][]int64{}
-		rows, err := su.Query(ctx, "SELECT pid, "+lkrKeyExpr+" FROM pg_locks WHERE "+lkrKeyCond+" ORDER BY 1, 2")
+		locks, err := lkrLocks(ctx, su, lkrLocksSQL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var pid int32
-			var k int64
-			if err := rows.Scan(&pid, &k); err != nil {
-				t.Fatal(err)
-			}
-			got[uint32(pid)] = append(got[uint32(pid)], k)
+		for _, x := range locks {
+			got[x.pid] = append(got[x.pid], x.key)
 		}
-		rows.Close()
 		pinned = r.l.Pinned(lkrApp, "")
 		s := r.l.srv.Pool().Stats(lkrApp)
 		st.Pinned, st.PinWaiting = s.Pinned, s.PinWaiting
@@ -704,15 +584,13 @@ func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, whe
 				same = false
 			}
 		}
-		if same && int(pinned) == len(want) && st.Pinned == len(want) && st.PinWaiting == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.failf("%s: pg_locks %v, clients hold %v; lockpool_pinned_sessions %v, pin slots %d, pin waiters %d (want %d, %d, 0)",
-				when, got, want, pinned, st.Pinned, st.PinWaiting, len(want), len(want))
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return same && int(pinned) == len(want) && st.Pinned == len(want) && st.PinWaiting == 0
+	}
+	// The deadline allows for disconnects of the last moment.
+	if !lkrPoll(time.Now().Add(lkrGrace+500*time.Millisecond), 10*time.Millisecond, agree) {
+		r.failf("%s: pg_locks %v, clients hold %v; lockpool_pinned_sessions %v, pin slots %d, pin waiters %d (want %d, %d, 0)",
+			when, got, want, pinned, st.Pinned, st.PinWaiting, len(want), len(want))
+		return
 	}
 	d := lkGetDebugLocks(t, r.l)
 	seen := map[uint32]bool{}
@@ -752,5 +630,242 @@ func lkrBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkrClient, whe
 		if !seen[pid] {
 			r.failf("%s: /debug/locks does not list client %d's backend %d", when, c.id, pid)
 		}
+	}
+}
+
+// What both randomized lock tests (this one and TestLocksRandomizedHold)
+// share besides [lkrRun]: the session every client is, the seed, starting
+// the clients, the phases with a barrier after each, the continuous
+// checker's sample of pg_locks, everyone leaving, and the summary.
+
+// lkrSeed is the seed of a randomized lock test: def, or
+// LOCKPOOL_LOCKS_SEED when it is set.
+func lkrSeed(t *testing.T, def int64) int64 {
+	t.Helper()
+	seed := def
+	if s := os.Getenv("LOCKPOOL_LOCKS_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LOCKPOOL_LOCKS_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (set LOCKPOOL_LOCKS_SEED to change it)", seed)
+	return seed
+}
+
+// lkrSession is what every client of a randomized lock test is: its
+// number, its random source (seeded from the test's seed and the number)
+// and its connection, nil while disconnected.
+type lkrSession struct {
+	r    *lkrRun
+	id   int
+	rng  *rand.Rand
+	conn *pgx.Conn
+}
+
+func (s *lkrSession) session() *lkrSession { return s }
+
+func (s *lkrSession) mode() pgx.QueryExecMode { return lkrModes[s.rng.Intn(len(lkrModes))] }
+
+func (s *lkrSession) pickKey(base int64, n int) int64 { return base + int64(s.rng.Intn(n)) }
+
+// dial connects to dsn.
+func (s *lkrSession) dial(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	s.conn = conn
+	return nil
+}
+
+// hangUp ends the session, abruptly (socket closed, no Terminate) or not,
+// and returns when it began to.
+func (s *lkrSession) hangUp(abrupt bool) time.Time {
+	at := time.Now()
+	if abrupt {
+		_ = s.conn.PgConn().Conn().Close()
+		s.r.count("disconnect-abrupt")
+	} else {
+		s.r.count("disconnect-terminate")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = s.conn.Close(ctx)
+	cancel()
+	s.conn = nil
+	return at
+}
+
+// lkrClientOf is a randomized lock test's client type.
+type lkrClientOf interface {
+	session() *lkrSession
+	connect() error
+	// step runs one random operation and checks what it can.
+	step()
+	// disconnect ends the session and forgets its locks.
+	disconnect(abrupt bool)
+}
+
+// lkrStartClients makes n clients with newClient and connects them; they
+// are closed when t ends.
+func lkrStartClients[C lkrClientOf](t *testing.T, r *lkrRun, seed int64, n int, newClient func(s lkrSession) C) []C {
+	t.Helper()
+	clients := make([]C, n)
+	for i := range clients {
+		c := newClient(lkrSession{r: r, id: i, rng: rand.New(rand.NewSource(seed + int64(i)))})
+		if err := c.connect(); err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = c
+	}
+	t.Cleanup(func() {
+		for _, c := range clients {
+			if s := c.session(); s.conn != nil {
+				_ = s.conn.Close(context.Background())
+			}
+		}
+	})
+	return clients
+}
+
+// lkrRunPhases runs phases phases of dur each, every client stepping at most
+// maxOps times a phase, then barrier; it stops after the first phase with
+// an invariant violation and returns the number of operations.
+func lkrRunPhases[C lkrClientOf](r *lkrRun, clients []C, phases int, dur time.Duration, maxOps int, barrier func(when string)) int {
+	ops := 0
+	for phase := 0; phase < phases; phase++ {
+		end := time.Now().Add(dur)
+		var wg sync.WaitGroup
+		var phaseOps atomic.Int64
+		for _, c := range clients {
+			wg.Add(1)
+			go func(c C) {
+				defer wg.Done()
+				for n := 0; n < maxOps && time.Now().Before(end); n++ {
+					c.step()
+					phaseOps.Add(1)
+				}
+			}(c)
+		}
+		wg.Wait()
+		ops += int(phaseOps.Load())
+		barrier(fmt.Sprintf("after phase %d", phase+1))
+		if r.fails.Load() > 0 {
+			break
+		}
+	}
+	return ops
+}
+
+// lkrPoll calls done every interval until it returns true (lkrPoll
+// returns true) or deadline passes (false). It polls PostgreSQL's and
+// lockpool's state, which send no signal.
+func lkrPoll(deadline time.Time, interval time.Duration, done func() bool) bool {
+	for {
+		if done() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
+
+// lkrLeave disconnects every client, half abruptly, half politely, and
+// requires gone to return true within grace: no lock and no pin remains.
+// gone describes what remains when it returns false.
+func lkrLeave[C lkrClientOf](t *testing.T, clients []C, grace time.Duration, gone func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	for _, c := range clients {
+		if s := c.session(); s.conn != nil {
+			c.disconnect(s.id%2 == 0)
+		}
+	}
+	ctx := testenv.Context(t, 10*time.Second)
+	var remains string
+	if !lkrPoll(time.Now().Add(grace), 10*time.Millisecond, func() bool {
+		var ok bool
+		ok, remains = gone(ctx)
+		return ok
+	}) {
+		t.Errorf("%v after every client left: %s", grace, remains)
+	}
+}
+
+// lkrLock is a granted advisory lock on one of a test's keys, with whether
+// its backend is one of lockpool's lock connections.
+type lkrLock struct {
+	pid      uint32
+	key      int64
+	mode     string
+	lockConn bool
+}
+
+// lkrLocks runs query, which selects a backend pid, a key, a lock mode and
+// whether the backend is a lock connection.
+func lkrLocks(ctx context.Context, su *pgx.Conn, query string, args ...any) ([]lkrLock, error) {
+	rows, err := su.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []lkrLock
+	for rows.Next() {
+		var x lkrLock
+		var pid int32
+		if err := rows.Scan(&pid, &x.key, &x.mode, &x.lockConn); err != nil {
+			return nil, err
+		}
+		x.pid = uint32(pid)
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// checkSample is one sample of the continuous checker: every lock that
+// locks lists (the granted locks on the test's keys) must be explained by
+// a client's hold in the lock log, at logPID of it, between the query's
+// start and end.
+func (r *lkrRun) checkSample(locks func(ctx context.Context) ([]lkrLock, error), logPID func(lkrLock) uint32) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	qs := time.Now()
+	got, err := locks(ctx)
+	if err != nil {
+		r.failf("checker: %v", err)
+		return
+	}
+	qe := time.Now()
+	for _, x := range got {
+		if !r.log.Explains(logPID(x), x.key, qs, qe) {
+			r.failf("checker: backend %d (lock connection %v) holds %s %d, but no client holds it there (a lock outlived its session or went to another client)",
+				x.pid, x.lockConn, x.mode, x.key)
+		}
+	}
+	r.samples.Add(1)
+}
+
+// report logs the run (who made ops operations; extra) with its operation
+// counts, and requires the checker to have run at least ten times.
+func (r *lkrRun) report(seed int64, ops int, who, extra string) {
+	r.t.Helper()
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.counts))
+	for k := range r.counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", k, r.counts[k])
+	}
+	r.mu.Unlock()
+	r.t.Logf("seed %d: %d operations by %s, %d checker samples, %s;%s", seed, ops, who, r.samples.Load(), extra, b.String())
+	if r.samples.Load() < 10 {
+		r.t.Errorf("the checker only ran %d times", r.samples.Load())
 	}
 }

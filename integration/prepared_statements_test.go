@@ -91,6 +91,22 @@ func prepDDLTargets() []prepTarget {
 	}
 }
 
+// prepOpen opens tg for a (sub)test with the per-test objects, under a
+// minute's deadline.
+func prepOpen(t *testing.T, tg prepTarget) (context.Context, prepObjects, prepDSNs) {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	o := setupPrepObjects(t, ctx)
+	return ctx, o, tg.open(t)
+}
+
+// prepTypeTableSQL creates the table (%s) whose column c the result-type
+// tests change with prepTypeChangeSQL: int 7, then bigint 5000000000.
+const (
+	prepTypeTableSQL  = "CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)"
+	prepTypeChangeSQL = "ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1"
+)
+
 // prepName is an SQL identifier unique to the running (sub)test: uniqueName
 // cut short enough to end in a hash of the whole test name, so long subtest
 // names never collide after truncation.
@@ -183,6 +199,93 @@ func outcomeValue(v []byte, ok bool) string {
 	return "ok:" + string(v)
 }
 
+// outcomeOf is "ok", or the outcome of err.
+func outcomeOf(err error) string {
+	if err != nil {
+		return outcomeErr(err)
+	}
+	return "ok"
+}
+
+// outcomeResult is the outcome of one extended-protocol result: its
+// error, or its first value.
+func outcomeResult(r *pgconn.Result) string {
+	if r.Err != nil {
+		return outcomeErr(r.Err)
+	}
+	return outcomeValue(lastFirstValue([]*pgconn.Result{r}))
+}
+
+// prepConnect connects pgx to dsn until t ends.
+func prepConnect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// prepOpenPQ opens a lib/pq database at dsn until t ends.
+func prepOpenPQ(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	connector, err := pq.NewConnector(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// prepTable is a table name unique to t, dropped (if it exists) when t
+// ends.
+func prepTable(t *testing.T, prefix string) string {
+	t.Helper()
+	tbl := prepName(t, prefix)
+	t.Cleanup(func() {
+		_ = pgtest.Require(t).Exec(context.Background(), "appdb", "DROP TABLE IF EXISTS "+tbl)
+	})
+	return tbl
+}
+
+// prepSide says which side a failure on tg is on: lockpool's, or the
+// test's when PostgreSQL itself gives another result than what.
+func prepSide(tg prepTarget, what string) string {
+	if tg.lockpool {
+		return "lockpool differs from PostgreSQL"
+	}
+	return "PostgreSQL itself differs: " + what + " is wrong"
+}
+
+// checkTrace compares a wire trace with want.
+func checkTrace(t *testing.T, tg prepTarget, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n got  %q\n want %q", prepSide(tg, "the expectation"), got, want)
+	}
+}
+
+// prepInBatches runs clients clients prepBudget at a time, each inside a
+// transaction that begin opens and whose commit it returns, committing a
+// batch once all of it has run: each client of a batch holds its own
+// server connection, so what they run is on every one of them.
+func prepInBatches(t *testing.T, clients int, begin func(i int) (commit func() error)) {
+	t.Helper()
+	for i := 0; i < clients; i += prepBudget {
+		var commits []func() error
+		for j := i; j < i+prepBudget; j++ {
+			commits = append(commits, begin(j))
+		}
+		for _, commit := range commits {
+			if err := commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func byteArgs(args []string) [][]byte {
 	out := make([][]byte, len(args))
 	for i, a := range args {
@@ -219,11 +322,7 @@ func runPgxScript(t *testing.T, ctx context.Context, d prepDSNs, o prepObjects, 
 		if c, ok := conns[i]; ok {
 			return c
 		}
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatalf("connect: %v", err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		c := prepConnect(t, ctx, dsn)
 		conns[i] = c
 		return c
 	}
@@ -234,27 +333,14 @@ func runPgxScript(t *testing.T, ctx context.Context, d prepDSNs, o prepObjects, 
 		switch st.op {
 		case "prepare":
 			_, err := conn(st.conn, d.client).PgConn().Prepare(ctx, st.name, sqlText, nil)
-			res = "ok"
-			if err != nil {
-				res = outcomeErr(err)
-			}
+			res = outcomeOf(err)
 		case "pgxprepare":
 			_, err := conn(st.conn, d.client).Prepare(ctx, st.name, sqlText)
-			res = "ok"
-			if err != nil {
-				res = outcomeErr(err)
-			}
+			res = outcomeOf(err)
 		case "run":
-			r := conn(st.conn, d.client).PgConn().ExecPrepared(ctx, st.name, byteArgs(st.args), nil, nil).Read()
-			res = outcomeValue(lastFirstValue([]*pgconn.Result{r}))
-			if r.Err != nil {
-				res = outcomeErr(r.Err)
-			}
+			res = outcomeResult(conn(st.conn, d.client).PgConn().ExecPrepared(ctx, st.name, byteArgs(st.args), nil, nil).Read())
 		case "close":
-			res = "ok"
-			if err := conn(st.conn, d.client).PgConn().Deallocate(ctx, st.name); err != nil {
-				res = outcomeErr(err)
-			}
+			res = outcomeOf(conn(st.conn, d.client).PgConn().Deallocate(ctx, st.name))
 		case "query", "ddl":
 			c := conn(st.conn, d.client)
 			if st.op == "ddl" {
@@ -266,11 +352,7 @@ func runPgxScript(t *testing.T, ctx context.Context, d prepDSNs, o prepObjects, 
 				res = outcomeErr(err)
 			}
 		case "unnamed":
-			r := conn(st.conn, d.client).PgConn().ExecParams(ctx, sqlText, byteArgs(st.args), nil, nil, nil).Read()
-			res = outcomeValue(lastFirstValue([]*pgconn.Result{r}))
-			if r.Err != nil {
-				res = outcomeErr(r.Err)
-			}
+			res = outcomeResult(conn(st.conn, d.client).PgConn().ExecParams(ctx, sqlText, byteArgs(st.args), nil, nil, nil).Read())
 		default:
 			t.Fatalf("unknown op %q", st.op)
 		}
@@ -283,16 +365,7 @@ func runPgxScript(t *testing.T, ctx context.Context, d prepDSNs, o prepObjects, 
 // *sql.Conn, statement names are labels for lib/pq's own statements.
 func runPQScript(t *testing.T, ctx context.Context, d prepDSNs, o prepObjects, s prepScript) []string {
 	t.Helper()
-	open := func(dsn string) *sql.DB {
-		connector, err := pq.NewConnector(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(connector)
-		t.Cleanup(func() { _ = db.Close() })
-		return db
-	}
-	db, ddlDB := open(d.client), open(d.ddl)
+	db, ddlDB := prepOpenPQ(t, d.client), prepOpenPQ(t, d.ddl)
 	conns := map[int]*sql.Conn{}
 	conn := func(i int) *sql.Conn {
 		if c, ok := conns[i]; ok {
@@ -339,10 +412,8 @@ func pqStep(t *testing.T, ctx context.Context, st prepStep, sqlText string, conn
 	switch st.op {
 	case "prepare", "pgxprepare":
 		stmt, err := conn(st.conn).PrepareContext(ctx, sqlText)
-		res = "ok"
-		if err != nil {
-			res = outcomeErr(err)
-		} else {
+		res = outcomeOf(err)
+		if err == nil {
 			stmts[st.name] = stmt
 			t.Cleanup(func() { _ = stmt.Close() })
 		}
@@ -357,10 +428,8 @@ func pqStep(t *testing.T, ctx context.Context, st prepStep, sqlText string, conn
 	case "unnamed":
 		res = scan(conn(st.conn).QueryRowContext(ctx, sqlText, anyArgs(st.args)...))
 	case "ddl":
-		res = "ok"
-		if _, err := ddlDB.ExecContext(ctx, sqlText); err != nil {
-			res = outcomeErr(err)
-		}
+		_, err := ddlDB.ExecContext(ctx, sqlText)
+		res = outcomeOf(err)
 	default:
 		t.Fatalf("op %q is not for lib/pq", st.op)
 	}
@@ -373,11 +442,7 @@ func checkScript(t *testing.T, tg prepTarget, s prepScript, got []string) {
 	t.Helper()
 	for i, st := range s.steps {
 		if got[i] != st.want {
-			side := "lockpool differs from PostgreSQL"
-			if !tg.lockpool {
-				side = "PostgreSQL itself differs: the script's expectation is wrong"
-			}
-			t.Errorf("%s: step %d (conn %d %s %s %q): got %s, want %s", side, i, st.conn, st.op, st.name, st.sql, got[i], st.want)
+			t.Errorf("%s: step %d (conn %d %s %s %q): got %s, want %s", prepSide(tg, "the script's expectation"), i, st.conn, st.op, st.name, st.sql, got[i], st.want)
 		}
 	}
 	if t.Failed() {
@@ -395,9 +460,7 @@ func runScripts(t *testing.T, targets []prepTarget, scripts []prepScript) {
 			}
 			for _, tg := range targets {
 				t.Run(s.name+"/"+driver+"/"+tg.name, func(t *testing.T) {
-					ctx := testenv.Context(t, time.Minute)
-					o := setupPrepObjects(t, ctx)
-					d := tg.open(t)
+					ctx, o, d := prepOpen(t, tg)
 					var got []string
 					if driver == "pgx" {
 						got = runPgxScript(t, ctx, d, o, s)
@@ -600,16 +663,9 @@ func TestPreparedResultTypeChange(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := testenv.Context(t, 2*time.Minute)
 			d := tg.open(t)
-			tbl := prepName(t, "prt")
-			t.Cleanup(func() {
-				_ = pgtest.Require(t).Exec(context.Background(), "appdb", "DROP TABLE IF EXISTS "+tbl)
-			})
-			ddl, err := pgx.Connect(ctx, d.ddl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ddl.Close(context.Background())
-			if _, err := ddl.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)", tbl)); err != nil {
+			tbl := prepTable(t, "prt")
+			ddl := prepConnect(t, ctx, d.ddl)
+			if _, err := ddl.Exec(ctx, fmt.Sprintf(prepTypeTableSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			query := fmt.Sprintf("SELECT c, pg_backend_pid() FROM %s WHERE id = $1", tbl)
@@ -617,47 +673,34 @@ func TestPreparedResultTypeChange(t *testing.T) {
 			const clients = 2 * prepBudget
 			conns := make([]*pgx.Conn, clients)
 			for i := range conns {
-				c, err := pgx.Connect(ctx, d.client)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close(context.Background())
-				conns[i] = c
+				conns[i] = prepConnect(t, ctx, d.client)
 			}
 
 			// Before the change: prepBudget clients at a time inside
 			// transactions, so each holds its own server connection and
 			// the statement is prepared on every one of them.
 			servers := map[uint32]bool{}
-			for i := 0; i < clients; i += prepBudget {
-				var txs []pgx.Tx
-				for _, c := range conns[i : i+prepBudget] {
-					tx, err := c.Begin(ctx)
-					if err != nil {
-						t.Fatal(err)
-					}
-					txs = append(txs, tx)
-					var v int64
-					var pid uint32
-					if err := tx.QueryRow(ctx, query, 1).Scan(&v, &pid); err != nil {
-						t.Fatal(err)
-					}
-					if v != 7 {
-						t.Fatalf("before the change: c = %d, want 7", v)
-					}
-					servers[pid] = true
+			prepInBatches(t, clients, func(i int) func() error {
+				tx, err := conns[i].Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, tx := range txs {
-					if err := tx.Commit(ctx); err != nil {
-						t.Fatal(err)
-					}
+				var v int64
+				var pid uint32
+				if err := tx.QueryRow(ctx, query, 1).Scan(&v, &pid); err != nil {
+					t.Fatal(err)
 				}
-			}
+				if v != 7 {
+					t.Fatalf("before the change: c = %d, want 7", v)
+				}
+				servers[pid] = true
+				return func() error { return tx.Commit(ctx) }
+			})
 			if tg.lockpool && len(servers) != prepBudget {
 				t.Fatalf("statement prepared on %d server connections, want %d", len(servers), prepBudget)
 			}
 
-			if _, err := ddl.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1", tbl)); err != nil {
+			if _, err := ddl.Exec(ctx, fmt.Sprintf(prepTypeChangeSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 
@@ -916,18 +959,9 @@ func TestPreparedWireErrorAtSync(t *testing.T) {
 	for _, tc := range cases {
 		for _, tg := range prepTargets() {
 			t.Run(tc.name+"/"+tg.name, func(t *testing.T) {
-				ctx := testenv.Context(t, time.Minute)
-				o := setupPrepObjects(t, ctx)
-				d := tg.open(t)
+				ctx, o, d := prepOpen(t, tg)
 				fe, nc := rawClient(t, ctx, d.client)
-				got := wireTrace(t, fe, nc, tc.rounds(o))
-				if !slices.Equal(got, tc.want) {
-					side := "lockpool differs from PostgreSQL"
-					if !tg.lockpool {
-						side = "PostgreSQL itself differs: the expectation is wrong"
-					}
-					t.Errorf("%s:\n got  %q\n want %q", side, got, tc.want)
-				}
+				checkTrace(t, tg, wireTrace(t, fe, nc, tc.rounds(o)), tc.want)
 			})
 		}
 	}
@@ -944,21 +978,9 @@ func TestPreparedLibPQResultTypeChange(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := testenv.Context(t, 2*time.Minute)
 			d := tg.open(t)
-			tbl := prepName(t, "plt")
-			t.Cleanup(func() {
-				_ = pgtest.Require(t).Exec(context.Background(), "appdb", "DROP TABLE IF EXISTS "+tbl)
-			})
-			open := func(dsn string) *sql.DB {
-				connector, err := pq.NewConnector(dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				db := sql.OpenDB(connector)
-				t.Cleanup(func() { _ = db.Close() })
-				return db
-			}
-			db, ddl := open(d.client), open(d.ddl)
-			if _, err := ddl.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, c int); INSERT INTO %[1]s VALUES (1, 7)", tbl)); err != nil {
+			tbl := prepTable(t, "plt")
+			db, ddl := prepOpenPQ(t, d.client), prepOpenPQ(t, d.ddl)
+			if _, err := ddl.ExecContext(ctx, fmt.Sprintf(prepTypeTableSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			query := fmt.Sprintf("SELECT c FROM %s WHERE id = $1", tbl)
@@ -992,26 +1014,18 @@ func TestPreparedLibPQResultTypeChange(t *testing.T) {
 			}
 			// Before: each statement runs inside a transaction held by
 			// prepBudget clients at once, so it is on every server connection.
-			for i := 0; i < clients; i += prepBudget {
-				var txs []*sql.Tx
-				for j := i; j < i+prepBudget; j++ {
-					tx, err := conns[j].BeginTx(ctx, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					txs = append(txs, tx)
-					var v int64
-					if err := tx.StmtContext(ctx, stmts[j]).QueryRowContext(ctx, 1).Scan(&v); err != nil || v != 7 {
-						t.Fatalf("before the change: c = %d, %v; want 7", v, err)
-					}
+			prepInBatches(t, clients, func(j int) func() error {
+				tx, err := conns[j].BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, tx := range txs {
-					if err := tx.Commit(); err != nil {
-						t.Fatal(err)
-					}
+				var v int64
+				if err := tx.StmtContext(ctx, stmts[j]).QueryRowContext(ctx, 1).Scan(&v); err != nil || v != 7 {
+					t.Fatalf("before the change: c = %d, %v; want 7", v, err)
 				}
-			}
-			if _, err := ddl.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN c TYPE bigint; UPDATE %[1]s SET c = 5000000000 WHERE id = 1", tbl)); err != nil {
+				return tx.Commit
+			})
+			if _, err := ddl.ExecContext(ctx, fmt.Sprintf(prepTypeChangeSQL, tbl)); err != nil {
 				t.Fatal(err)
 			}
 			for i := range conns {
@@ -1049,23 +1063,13 @@ func TestPreparedWireParseAfterDrop(t *testing.T) {
 	t.Parallel()
 	for _, tg := range prepDDLTargets() {
 		t.Run(tg.name, func(t *testing.T) {
-			ctx := testenv.Context(t, time.Minute)
-			o := setupPrepObjects(t, ctx)
-			d := tg.open(t)
-			ddl, err := pgx.Connect(ctx, d.ddl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ddl.Close(context.Background())
+			ctx, o, d := prepOpen(t, tg)
+			ddl := prepConnect(t, ctx, d.ddl)
 			if _, err := ddl.Exec(ctx, o.expand("CREATE TABLE {t} (v int); INSERT INTO {t} VALUES (1)")); err != nil {
 				t.Fatal(err)
 			}
 			q := o.expand("SELECT v FROM {t}")
-			other, err := pgx.Connect(ctx, d.client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close(context.Background())
+			other := prepConnect(t, ctx, d.client)
 			if _, err := other.PgConn().Prepare(ctx, "a", q, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -1091,14 +1095,7 @@ func TestPreparedWireParseAfterDrop(t *testing.T) {
 					rounds[1]}
 				want = []string{"1 Z:I", "E:42P01 Z:I", "1 2 D:2 C:SELECT 1 Z:I"}
 			}
-			got := wireTrace(t, fe, nc, rounds)
-			if !slices.Equal(got, want) {
-				side := "lockpool differs from PostgreSQL"
-				if !tg.lockpool {
-					side = "PostgreSQL itself differs: the expectation is wrong"
-				}
-				t.Errorf("%s:\n got  %q\n want %q", side, got, want)
-			}
+			checkTrace(t, tg, wireTrace(t, fe, nc, rounds), want)
 		})
 	}
 }

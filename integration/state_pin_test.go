@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/testenv"
 )
@@ -29,13 +30,65 @@ func stExec(t testing.TB, c *pgx.Conn, sql string, args ...any) {
 	}
 }
 
+// stCommitted runs sql inside a transaction and commits it.
+func stCommitted(t testing.TB, c *pgx.Conn, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stStart starts a lockpool with app and connects a first client to it
+// (role app, appdb).
+func stStart(t *testing.T, app appYAML) (*lp, *pgx.Conn) {
+	t.Helper()
+	l := startLockpool(t, 10, "", app)
+	return l, l.connect(t, "app", "appdb")
+}
+
+// stCommittedNoPin runs sql on c in a transaction that commits, which
+// must leave no session of app pinned; what names sql in the failure.
+func stCommittedNoPin(t testing.TB, l *lp, app string, c *pgx.Conn, sql, what string) {
+	t.Helper()
+	stCommitted(t, c, sql)
+	if p := l.Pinned(app, ""); p != 0 {
+		t.Fatalf("%s pinned the session (gauge %v)", what, p)
+	}
+}
+
+// stNotification waits up to d for a notification on c.
+func stNotification(c *pgx.Conn, d time.Duration) (*pgconn.Notification, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.WaitForNotification(ctx)
+}
+
+// stAlternate is the query options of round i when the rounds alternate
+// protocols: the simple protocol in even rounds, pgx's default in odd ones.
+func stAlternate(i int) []any {
+	if i%2 == 0 {
+		return []any{pgx.QueryExecModeSimpleProtocol}
+	}
+	return nil
+}
+
+// stSettingsSQL reads the settings a pinned session changes.
+const stSettingsSQL = "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')"
+
 func TestStatePinListenNotify(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stlisten")
-	l := startLockpool(t, 10, "", app)
+	l, listener := stStart(t, app)
 	ctx := context.Background()
 	ch := uniqueName(t, "lp_ch")
-	listener := l.connect(t, "app", "appdb")
 	notifier := l.connect(t, "app", "appdb")
 
 	stExec(t, listener, "LISTEN "+ch)
@@ -55,9 +108,7 @@ func TestStatePinListenNotify(t *testing.T) {
 		}
 		// The listener is idle: the notification must reach it without it
 		// sending anything.
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := listener.WaitForNotification(wctx)
-		cancel()
+		n, err := stNotification(listener, 5*time.Second)
 		if err != nil {
 			t.Fatalf("notification %d not delivered to the idle listener: %v", i, err)
 		}
@@ -70,19 +121,8 @@ func TestStatePinListenNotify(t *testing.T) {
 		}
 	}
 	// A notification sent within a transaction arrives after its commit.
-	tx, err := notifier.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("NOTIFY %s, 'in-tx'", ch)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	n, err := listener.WaitForNotification(wctx)
-	cancel()
+	stCommitted(t, notifier, fmt.Sprintf("NOTIFY %s, 'in-tx'", ch))
+	n, err := stNotification(listener, 5*time.Second)
 	if err != nil || n.Payload != "in-tx" {
 		t.Fatalf("notification after commit: %v, %v", n, err)
 	}
@@ -91,9 +131,7 @@ func TestStatePinListenNotify(t *testing.T) {
 	l.wantPinned(t, app.name, "", 0)
 	// No longer listening: nothing arrives.
 	stExec(t, notifier, fmt.Sprintf("NOTIFY %s, 'late'", ch))
-	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
-	n, err = listener.WaitForNotification(wctx)
-	cancel()
+	n, err = stNotification(listener, 300*time.Millisecond)
 	if err == nil {
 		t.Fatalf("notification after UNLISTEN *: %+v", n)
 	}
@@ -102,26 +140,13 @@ func TestStatePinListenNotify(t *testing.T) {
 func TestStatePinTempTable(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("sttemp")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	tbl := uniqueName(t, "lp_tmp")
-	c := l.connect(t, "app", "appdb")
 	other := l.connect(t, "app", "appdb")
 
 	// ON COMMIT DROP lives only in its transaction: no pin.
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p := l.Pinned(app.name, ""); p != 0 {
-		t.Fatalf("ON COMMIT DROP temp table pinned the session (gauge %v)", p)
-	}
+	stCommittedNoPin(t, l, app.name, c, "CREATE TEMP TABLE "+tbl+"_x (i int) ON COMMIT DROP", "ON COMMIT DROP temp table")
 
 	stExec(t, c, "CREATE TEMP TABLE "+tbl+" (i int)")
 	l.wantPinned(t, app.name, "temp_table", 1)
@@ -155,46 +180,19 @@ func TestStatePinTempTable(t *testing.T) {
 func TestStatePinHoldCursor(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stcursor")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	cur := uniqueName(t, "lp_cur")
-	c := l.connect(t, "app", "appdb")
 
 	// A cursor without HOLD ends with its transaction: no pin.
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "DECLARE "+cur+"_x CURSOR FOR SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p := l.Pinned(app.name, ""); p != 0 {
-		t.Fatalf("a cursor without HOLD pinned the session (gauge %v)", p)
-	}
+	stCommittedNoPin(t, l, app.name, c, "DECLARE "+cur+"_x CURSOR FOR SELECT 1", "a cursor without HOLD")
 
-	tx, err = c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "DECLARE "+cur+" CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) AS g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stCommitted(t, c, "DECLARE "+cur+" CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 10) AS g")
 	l.wantPinned(t, app.name, "cursor", 1)
 	next := 1
 	for round := 0; round < 3; round++ {
 		// Each FETCH in its own transaction, alternating protocols.
-		var rows pgx.Rows
-		if round%2 == 0 {
-			rows, err = c.Query(ctx, "FETCH 3 FROM "+cur, pgx.QueryExecModeSimpleProtocol)
-		} else {
-			rows, err = c.Query(ctx, "FETCH 3 FROM "+cur)
-		}
+		rows, err := c.Query(ctx, "FETCH 3 FROM "+cur, stAlternate(round)...)
 		if err != nil {
 			t.Fatalf("fetch round %d: %v", round, err)
 		}
@@ -222,21 +220,15 @@ func TestStatePinHoldCursor(t *testing.T) {
 func TestStatePinPrepare(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("stprepare")
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
 	name := uniqueName(t, "lp_p")
-	c := l.connect(t, "app", "appdb")
 
 	stExec(t, c, "PREPARE "+name+"(int) AS SELECT $1 + 1")
 	l.wantPinned(t, app.name, "prepare", 1)
 	for i := 0; i < 5; i++ {
 		var v int
-		var err error
-		if i%2 == 0 {
-			err = c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i), pgx.QueryExecModeSimpleProtocol).Scan(&v)
-		} else {
-			err = c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i)).Scan(&v)
-		}
+		err := c.QueryRow(ctx, fmt.Sprintf("EXECUTE %s(%d)", name, 40+i), stAlternate(i)...).Scan(&v)
 		if err != nil || v != 41+i {
 			t.Fatalf("EXECUTE %d: %d, %v; want %d", i, v, err, 41+i)
 		}
@@ -266,9 +258,8 @@ func TestStateReject(t *testing.T) {
 	t.Parallel()
 	app := stPinApp("streject")
 	app.state = "reject"
-	l := startLockpool(t, 10, "", app)
+	l, c := stStart(t, app)
 	ctx := context.Background()
-	c := l.connect(t, "app", "appdb")
 	n := uniqueName(t, "lp_rej")
 
 	_, err := c.Exec(ctx, "LISTEN "+n)
@@ -338,7 +329,7 @@ func TestStateCleanReturn(t *testing.T) {
 	var defPath, defTimeout, defDateStyle string
 	{
 		fresh := l.connect(t, "app", "appdb")
-		if err := fresh.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')").Scan(&defPath, &defTimeout, &defDateStyle); err != nil {
+		if err := fresh.QueryRow(ctx, stSettingsSQL).Scan(&defPath, &defTimeout, &defDateStyle); err != nil {
 			t.Fatal(err)
 		}
 		_ = fresh.Close(ctx)
@@ -432,7 +423,7 @@ func TestStateCleanReturn(t *testing.T) {
 		t.Errorf("next client's backend holds %d advisory locks", locks)
 	}
 	var path, timeout, dateStyle string
-	if err := next.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('statement_timeout'), current_setting('DateStyle')").Scan(&path, &timeout, &dateStyle); err != nil {
+	if err := next.QueryRow(ctx, stSettingsSQL).Scan(&path, &timeout, &dateStyle); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []struct{ name, got, want string }{
@@ -454,11 +445,9 @@ func TestStateCleanReturn(t *testing.T) {
 	}
 	// A notification on the old channel reaches nobody through this client.
 	stExec(t, super, "NOTIFY "+n+", 'stale'")
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if nt, err := next.WaitForNotification(wctx); err == nil {
+	if nt, err := stNotification(next, 300*time.Millisecond); err == nil {
 		t.Errorf("next client received the previous session's notification %+v", nt)
 	}
-	cancel()
 	// And the next client can itself do everything again.
 	stExec(t, next, "CREATE TEMP TABLE "+n+" (i int)")
 	stExec(t, next, "PREPARE "+n+"_stmt AS SELECT 1")

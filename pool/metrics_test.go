@@ -9,28 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// gathered returns the value of the series name with the label app=app.
+// gathered returns the value of the counter or gauge series name with the
+// label app=app.
 func gathered(t *testing.T, reg *prometheus.Registry, name, app string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "app" && l.GetValue() == app {
-					switch {
-					case m.Counter != nil:
-						return m.GetCounter().GetValue(), true
-					case m.Gauge != nil:
-						return m.GetGauge().GetValue(), true
-					}
-				}
-			}
+	for _, s := range gatherSeries(t, reg, name) {
+		if v, ok := s.labels["app"]; ok && v == app && (s.counter != nil || s.gauge != nil) {
+			return s.value(), true
 		}
 	}
 	return 0, false

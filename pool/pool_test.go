@@ -55,6 +55,13 @@ func (t *trackedConn) Close() error {
 	return err
 }
 
+// failDials makes every dial fail with err from now on (nil: none).
+func (f *fakeServer) failDials(err error) {
+	f.mu.Lock()
+	f.failWith = err
+	f.mu.Unlock()
+}
+
 func (f *fakeServer) inFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -253,6 +260,43 @@ func recv(t *testing.T, ch chan result) result {
 	}
 }
 
+// handOver takes app a's only connection (a budget of 1) on heldDB, parks
+// a waiter for wantDB behind it, lets the connection go with free (Release
+// or Destroy), and returns the connection and what the waiter got.
+func handOver(t *testing.T, m *Manager, heldDB, wantDB string, free func(*Conn)) (*Conn, result) {
+	t.Helper()
+	held := mustAcquire(t, m, "a", heldDB)
+	ch := acquireAsync(m, context.Background(), "a", wantDB)
+	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
+	free(held)
+	return held, recv(t, ch)
+}
+
+// parkPinWaiter parks an AcquirePin of app behind the pins in use; the
+// channel gets its error.
+func parkPinWaiter(t *testing.T, m *Manager, app string) chan error {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- m.AcquirePin(context.Background(), app) }()
+	waitFor(t, "pin waiter", func() bool { return m.Stats(app).PinWaiting == 1 })
+	return ch
+}
+
+// expectWaitersFail requires the waiter on ch, the pin waiter on pinCh
+// and a new Acquire of app to fail with want.
+func expectWaitersFail(t *testing.T, m *Manager, app string, ch chan result, pinCh chan error, want error) {
+	t.Helper()
+	if r := recv(t, ch); !errors.Is(r.err, want) {
+		t.Fatalf("waiter err = %v", r.err)
+	}
+	if err := <-pinCh; !errors.Is(err, want) {
+		t.Fatalf("pin waiter err = %v", err)
+	}
+	if _, err := m.Acquire(context.Background(), app, "db"); !errors.Is(err, want) {
+		t.Fatalf("Acquire err = %v", err)
+	}
+}
+
 func expectStats(t *testing.T, m *Manager, app string, want Stats) {
 	t.Helper()
 	if got := m.Stats(app); got != want {
@@ -384,11 +428,7 @@ func TestWaitersServedFIFO(t *testing.T) {
 
 func TestReleaseHandsConnToWaiter(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db")
-	ch := acquireAsync(m, context.Background(), "a", "db")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Release(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db", "db", m.Release)
 	if r.err != nil || r.c != held {
 		t.Fatalf("waiter got %v, %v; want the released conn", r.c, r.err)
 	}
@@ -401,11 +441,7 @@ func TestReleaseHandsConnToWaiter(t *testing.T) {
 
 func TestReleaseToWaiterOfOtherDatabase(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db1")
-	ch := acquireAsync(m, context.Background(), "a", "db2")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Release(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db1", "db2", m.Release)
 	if r.err != nil || r.c == held || r.c.Database != "db2" {
 		t.Fatalf("waiter got %+v, %v; want a new db2 conn", r.c, r.err)
 	}
@@ -470,29 +506,40 @@ func TestWaitTimeoutAndCancel(t *testing.T) {
 	}
 }
 
-func TestGrantRacingTimeoutIsGivenBack(t *testing.T) {
-	// Many short waits against a conn that is released at random moments:
-	// whatever races, the pool must end consistent with no lost conn.
-	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Millisecond)}})
+// raceGrants runs 8 goroutines that each 200 times acquire, hold what they
+// got for a random moment up to 1.5 ms and release it; an acquire may fail
+// only with timeout.
+func raceGrants(t *testing.T, timeout error, acquire func() (release func(), err error)) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
-				c, err := m.Acquire(context.Background(), "a", "db")
+				release, err := acquire()
 				if err != nil {
-					if !errors.Is(err, ErrWaitTimeout) {
+					if !errors.Is(err, timeout) {
 						t.Error(err)
 					}
 					continue
 				}
 				time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-				m.Release(c)
+				release()
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+func TestGrantRacingTimeoutIsGivenBack(t *testing.T) {
+	// Many short waits against a conn that is released at random moments:
+	// whatever races, the pool must end consistent with no lost conn.
+	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Millisecond)}})
+	raceGrants(t, ErrWaitTimeout, func() (func(), error) {
+		c, err := m.Acquire(context.Background(), "a", "db")
+		return func() { m.Release(c) }, err
+	})
 	expectStats(t, m, "a", Stats{Open: 1, Idle: 1})
 	if f.openCount("a") != 1 {
 		t.Fatalf("fake server open = %d", f.openCount("a"))
@@ -549,11 +596,7 @@ func TestInstanceSlotGoesToOldestWaiterAcrossApps(t *testing.T) {
 
 func TestDestroyWakesWaiter(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 5*time.Second)}})
-	held := mustAcquire(t, m, "a", "db")
-	ch := acquireAsync(m, context.Background(), "a", "db")
-	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	m.Destroy(held)
-	r := recv(t, ch)
+	held, r := handOver(t, m, "db", "db", m.Destroy)
 	if r.err != nil || r.c == held {
 		t.Fatalf("got %v, %v", r.c, r.err)
 	}
@@ -565,16 +608,14 @@ func TestDestroyWakesWaiter(t *testing.T) {
 
 func TestDialFailureFreesSlot(t *testing.T) {
 	m, f := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Second)}})
-	f.failWith = &pgconn.PgError{Severity: "FATAL", Code: "3D000", Message: `database "nope" does not exist`}
+	f.failDials(&pgconn.PgError{Severity: "FATAL", Code: "3D000", Message: `database "nope" does not exist`})
 	_, err := m.Acquire(context.Background(), "a", "nope")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
 		t.Fatalf("err = %v, want a PgError 3D000", err)
 	}
 	expectStats(t, m, "a", Stats{})
-	f.mu.Lock()
-	f.failWith = nil
-	f.mu.Unlock()
+	f.failDials(nil)
 	c := mustAcquire(t, m, "a", "db")
 	m.Release(c)
 }
@@ -586,17 +627,13 @@ func TestDialFailureWakesNextWaiter(t *testing.T) {
 	waitFor(t, "dialing", func() bool { return m.Stats("a").Dialing == 1 })
 	ch2 := acquireAsync(m, context.Background(), "a", "db")
 	waitFor(t, "waiter", func() bool { return m.Stats("a").Waiting == 1 })
-	f.mu.Lock()
 	// A refusal by PostgreSQL is final (a connection error would be retried).
-	f.failWith = &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"}
-	f.mu.Unlock()
+	f.failDials(&pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"})
 	f.dialGate <- struct{}{}
 	if r := recv(t, ch1); r.err == nil {
 		t.Fatal("first dial should fail")
 	}
-	f.mu.Lock()
-	f.failWith = nil
-	f.mu.Unlock()
+	f.failDials(nil)
 	f.dialGate <- struct{}{}
 	r := recv(t, ch2)
 	if r.err != nil {
@@ -702,24 +739,9 @@ func TestPins(t *testing.T) {
 
 func TestPinGrantRacingTimeout(t *testing.T) {
 	m, _ := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 4, 1, time.Millisecond)}})
-	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 200; i++ {
-				if err := m.AcquirePin(context.Background(), "a"); err != nil {
-					if !errors.Is(err, ErrPinTimeout) {
-						t.Error(err)
-					}
-					continue
-				}
-				time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
-				m.ReleasePin("a")
-			}
-		}()
-	}
-	wg.Wait()
+	raceGrants(t, ErrPinTimeout, func() (func(), error) {
+		return func() { m.ReleasePin("a") }, m.AcquirePin(context.Background(), "a")
+	})
 	expectStats(t, m, "a", Stats{})
 }
 
@@ -796,19 +818,9 @@ func TestReconfigure(t *testing.T) {
 		}
 		ch := acquireAsync(m, context.Background(), "gone", "db")
 		waitFor(t, "waiter", func() bool { return m.Stats("gone").Waiting == 1 })
-		pinCh := make(chan error, 1)
-		go func() { pinCh <- m.AcquirePin(context.Background(), "gone") }()
-		waitFor(t, "pin waiter", func() bool { return m.Stats("gone").PinWaiting == 1 })
+		pinCh := parkPinWaiter(t, m, "gone")
 		m.Reconfigure(base, []AppConfig{app("a", 1, 0, 5*time.Second)})
-		if r := recv(t, ch); !errors.Is(r.err, ErrUnknownApp) {
-			t.Fatalf("waiter err = %v", r.err)
-		}
-		if err := <-pinCh; !errors.Is(err, ErrUnknownApp) {
-			t.Fatalf("pin waiter err = %v", err)
-		}
-		if _, err := m.Acquire(context.Background(), "gone", "db"); !errors.Is(err, ErrUnknownApp) {
-			t.Fatalf("Acquire err = %v", err)
-		}
+		expectWaitersFail(t, m, "gone", ch, pinCh, ErrUnknownApp)
 		expectStats(t, m, "gone", Stats{Open: 1, InUse: 1, Pinned: 1})
 		m.Release(c)
 		m.ReleasePin("gone")
@@ -1049,20 +1061,10 @@ func TestClose(t *testing.T) {
 	if err := m.AcquirePin(context.Background(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	pinCh := make(chan error, 1)
-	go func() { pinCh <- m.AcquirePin(context.Background(), "a") }()
-	waitFor(t, "pin waiter", func() bool { return m.Stats("a").PinWaiting == 1 })
+	pinCh := parkPinWaiter(t, m, "a")
 
 	m.Close()
-	if r := recv(t, ch); !errors.Is(r.err, ErrClosed) {
-		t.Fatalf("waiter err = %v", r.err)
-	}
-	if err := <-pinCh; !errors.Is(err, ErrClosed) {
-		t.Fatalf("pin waiter err = %v", err)
-	}
-	if _, err := m.Acquire(context.Background(), "a", "db"); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Acquire after Close: %v", err)
-	}
+	expectWaitersFail(t, m, "a", ch, pinCh, ErrClosed)
 	if err := m.AcquirePin(context.Background(), "a"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("AcquirePin after Close: %v", err)
 	}
@@ -1100,50 +1102,82 @@ func TestConnectionsMetric(t *testing.T) {
 	}
 }
 
-// counterValue returns the value of a counter or gauge sample.
-func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+// series is one series of a gathered metric: its labels, and its value
+// as a counter, as a gauge (nil when it is not one) and as a histogram
+// (its sample count, 0 when it is not one).
+type series struct {
+	labels         map[string]string
+	counter, gauge *float64
+	histCount      uint64
+}
+
+// gatherSeries returns the series of the metric name in g, in the order
+// the registry gathers them.
+func gatherSeries(t *testing.T, g prometheus.Gatherer, name string) []series {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []series
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-	next:
 		for _, mt := range mf.GetMetric() {
+			s := series{labels: map[string]string{}, histCount: mt.GetHistogram().GetSampleCount()}
 			for _, lp := range mt.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
+				s.labels[lp.GetName()] = lp.GetValue()
 			}
 			if mt.Counter != nil {
-				return mt.Counter.GetValue()
+				v := mt.Counter.GetValue()
+				s.counter = &v
 			}
-			return mt.Gauge.GetValue()
+			if mt.Gauge != nil {
+				v := mt.Gauge.GetValue()
+				s.gauge = &v
+			}
+			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// value is the series' counter value, else its gauge value, else 0.
+func (s series) value() float64 {
+	switch {
+	case s.counter != nil:
+		return *s.counter
+	case s.gauge != nil:
+		return *s.gauge
+	}
+	return 0
+}
+
+// counterValue returns the value of a counter or gauge sample whose labels
+// are exactly labels.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+next:
+	for _, s := range gatherSeries(t, g, name) {
+		for k, v := range s.labels {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		return s.value()
 	}
 	t.Fatalf("no sample %s%v", name, labels)
 	return 0
 }
 
+// histCount returns the sample count of the histogram name{app=app}, 0
+// when there is none.
 func histCount(t *testing.T, g prometheus.Gatherer, name, app string) uint64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, lp := range mt.GetLabel() {
-				if lp.GetName() == "app" && lp.GetValue() == app {
-					return mt.GetHistogram().GetSampleCount()
-				}
-			}
+	for _, s := range gatherSeries(t, g, name) {
+		if v, ok := s.labels["app"]; ok && v == app {
+			return s.histCount
 		}
 	}
 	return 0

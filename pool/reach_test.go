@@ -94,15 +94,11 @@ func TestServerReachedLogsOutageOnce(t *testing.T) {
 		}
 		return err
 	}
-	f.mu.Lock()
-	f.failWith = &pgconn.PgError{Code: "28P01", Message: "password authentication failed"}
-	f.mu.Unlock()
+	f.failDials(&pgconn.PgError{Code: "28P01", Message: "password authentication failed"})
 	if err := acquire(); err == nil {
 		t.Fatal("acquire with a refused login succeeded")
 	}
-	f.mu.Lock()
-	f.failWith = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
-	f.mu.Unlock()
+	f.failDials(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 	for range 3 {
 		if err := acquire(); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("acquire while down: %v", err)
@@ -111,9 +107,7 @@ func TestServerReachedLogsOutageOnce(t *testing.T) {
 	if gauge() != 1 {
 		t.Fatalf("lockpool_server_unreachable = %v while down, want 1", gauge())
 	}
-	f.mu.Lock()
-	f.failWith = nil
-	f.mu.Unlock()
+	f.failDials(nil)
 	for range 2 {
 		if err := acquire(); err != nil {
 			t.Fatal(err)
