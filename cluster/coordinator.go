@@ -628,7 +628,19 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 			c.opts.Pool.SetLimit(a.Name, min(share, myRow.slots), min(pinShare, myRow.pins))
 		}
 		st := c.opts.Pool.Stats(a.Name)
-		newSlots = nextSlots(a.Budget, held, myRow.slots, share, st.Open)
+		// A connection the pool closed leaves a backend that PostgreSQL
+		// ends only when it reads the Terminate: until it is gone from
+		// pg_stat_activity it still counts against the budget, so the row
+		// keeps a slot for every recorded backend still there (and for
+		// dials not recorded yet). The row is locked: a recordDial waits.
+		var present int
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity p,
+  (SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3 FOR UPDATE) r
+WHERE p.usename = $4::text AND p.pid = ANY(r.pids)`, c.t.slots),
+			c.opts.Cluster, a.Name, c.id, a.User).Scan(&present); err != nil {
+			return err
+		}
+		newSlots = nextSlots(a.Budget, held, myRow.slots, share, max(st.Open, present+st.Dialing))
 		newPins = nextSlots(a.Pins, heldPins, myRow.pins, pinShare, st.Pinned)
 		// pids keeps the backends still there (re-read under the row lock,
 		// so a pid recordDial appended meanwhile is kept).

@@ -31,12 +31,15 @@
 //     transaction that holds the application's cluster_apps row FOR UPDATE
 //     and checks that sum; a row only leaves the table when its instance is
 //     known to hold nothing (below).
-//   - An instance's open connections never exceed its row's slots: it raises
-//     its pool's limit only after the raised row committed, and lowers the
-//     row only after lowering the limit, to no less than the connections
-//     still open (the pool never opens more than max(open, limit) after a
-//     lower limit). Together: the application's server connections over all
-//     live instances never exceed its budget, also while slots move.
+//   - An instance's backends never exceed its row's slots: it raises its
+//     pool's limit only after the raised row committed, and lowers the row
+//     only after lowering the limit, to no less than the connections still
+//     open and the backends of connections it closed that PostgreSQL has
+//     not ended yet (still in pg_stat_activity; a backend ends when it
+//     reads the Terminate, after lockpool let the connection go). The pool
+//     never opens more than max(open, limit) after a lower limit.
+//     Together: the application's backends over all live instances never
+//     exceed its budget, also while slots move.
 //   - Every server backend an instance uses is in its row first. A dead
 //     instance's slots (no heartbeat for cluster.ttl, by the server's
 //     clock) are reclaimed only when its coordination backend is gone from

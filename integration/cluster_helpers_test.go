@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,6 +55,38 @@ func startClusterInstances(t *testing.T, n int, role, advisory, top string) []*l
 		out[i], _ = startYAML(t, clusterYAML(c, role, name, advisory, top))
 	}
 	return out
+}
+
+// clusterSelf waits until instance l shows its own row in /debug/cluster
+// and returns its instance id.
+func clusterSelf(t *testing.T, l *lp) string {
+	t.Helper()
+	var self string
+	eventually(t, 10*time.Second, "the instance to show its own row", func() bool {
+		_, body := l.get("/debug/cluster")
+		var rows []struct {
+			Instance string `json:"instance"`
+			Self     bool   `json:"self"`
+		}
+		if json.Unmarshal([]byte(body), &rows) != nil {
+			return false
+		}
+		for _, r := range rows {
+			if r.Self {
+				self = r.Instance
+			}
+		}
+		return self != ""
+	})
+	return self
+}
+
+// clusterSlots reads instance inst's slots of the application in role's
+// cluster tables (false: it has no row).
+func clusterSlots(ctx context.Context, su *pgx.Conn, role, inst string) (int, bool) {
+	var n int
+	err := su.QueryRow(ctx, fmt.Sprintf("SELECT slots FROM %s.cluster_slots WHERE instance = $1", role), inst).Scan(&n)
+	return n, err == nil
 }
 
 // backendSampler counts role's backends in pg_stat_activity every 20 ms

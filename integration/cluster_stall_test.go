@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -30,28 +29,11 @@ func TestClusterStalledInstanceReclaimedSafely(t *testing.T) {
 		waits = append(waits, loadClients(loadCtx, t, l.dsn(role, "appdb"), 3, i == 2))
 	}
 	su := superConn(t, "appdb")
-	slotsOf := func(inst string) (int, bool) {
-		var n int
-		err := su.QueryRow(ctx, fmt.Sprintf("SELECT slots FROM %s.cluster_slots WHERE instance = $1", role), inst).Scan(&n)
-		return n, err == nil
-	}
-	var self string
+	slotsOf := func(inst string) (int, bool) { return clusterSlots(ctx, su, role, inst) }
+	self := clusterSelf(t, stalled)
 	eventually(t, 10*time.Second, "the stalled instance to hold slots", func() bool {
-		_, body := stalled.get("/debug/cluster")
-		var rows []struct {
-			Instance string `json:"instance"`
-			Self     bool   `json:"self"`
-		}
-		if json.Unmarshal([]byte(body), &rows) != nil {
-			return false
-		}
-		for _, r := range rows {
-			if r.Self {
-				self = r.Instance
-			}
-		}
 		n, ok := slotsOf(self)
-		return self != "" && ok && n >= 1
+		return ok && n >= 1
 	})
 
 	// Stall its heartbeat: a transaction of ours holds its instance row.

@@ -12,11 +12,11 @@ import (
 // testRoles are the roles TestMain makes on the shared cluster: the
 // applications' users, and one role for each test that counts its backends
 // in pg_stat_activity (bench, hup, dier, params, pooler, psqlr, lkrand,
-// lkhold, and clbudget, clkill, clpin, clcancel, clstall for the cluster
-// budget tests).
+// lkhold, and clbudget, clkill, clpin, clcancel, clstall, clclosed for the
+// cluster budget tests).
 var testRoles = []string{"app", "app2", "jobs", "rejecter", "other",
 	"bench", "hup", "dier", "params", "pooler", "psqlr", "lkrand", "lkhold",
-	"clbudget", "clkill", "clpin", "clcancel", "clstall"}
+	"clbudget", "clkill", "clpin", "clcancel", "clstall", "clclosed"}
 
 func TestMain(m *testing.M) {
 	code := pgtest.RunMain(m, func(c *pgtest.Cluster) error {
