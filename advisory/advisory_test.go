@@ -1,7 +1,9 @@
 package advisory
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -275,24 +277,127 @@ func TestStackingAndUnlock(t *testing.T) {
 	}
 }
 
+// TestExclusiveReleasedKeepsShared gives back the exclusive hold of a
+// session that also holds the key shared: the lock connection must go on
+// holding it shared, also when a direct session waits for the key
+// exclusively (PostgreSQL refuses the try form of the shared lock then).
 func TestExclusiveReleasedKeepsShared(t *testing.T) {
-	m := newManager(t)
-	d := direct(t)
-	s := m.NewSession(appDB, nil)
-	defer s.Close()
-	k := OneKey(302)
-	mustLock(t, s, k, Exclusive, true)
-	mustLock(t, s, k, Shared, true)
-	if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
-		t.Fatalf("unlock = %v, %v", ok, err)
+	var logged syncBuffer
+	m := newManager(t, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelError}))
+	})
+	tests := []struct {
+		name   string
+		key    Key
+		waiter bool // a direct session waits for the key exclusively
+	}{
+		{"no waiter", OneKey(302), false},
+		{"direct waiter", OneKey(303), true},
 	}
-	if directTry(t, d, k, Exclusive) {
-		t.Fatal("direct exclusive got a key we hold shared")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, w := direct(t), direct(t)
+			s := m.NewSession(appDB, nil)
+			defer s.Close()
+			k := tt.key
+			mustLock(t, s, k, Exclusive, true)
+			mustLock(t, s, k, Shared, true)
+			granted := make(chan error, 1)
+			if tt.waiter {
+				wpid := w.PgConn().PID()
+				go func() {
+					_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
+					granted <- err
+				}()
+				eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, wpid) })
+			}
+			if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
+				t.Fatalf("unlock = %v, %v", ok, err)
+			}
+			// PostgreSQL grants a waiter within the unlock that frees
+			// the key, so pg_locks is up to date here.
+			if got := lockModes(t, k); len(got) != 1 || got[0] != "ShareLock" {
+				t.Fatalf("lock connection holds %v after the exclusive unlock, want [ShareLock]", got)
+			}
+			if tt.waiter {
+				if !waiting(t, k, w.PgConn().PID()) {
+					t.Fatal("the direct waiter got the key we still hold shared")
+				}
+				if ok, _, err := s.Unlock(k, Shared); !ok || err != nil {
+					t.Fatalf("unlock shared = %v, %v", ok, err)
+				}
+				select {
+				case err := <-granted:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("the direct waiter was not granted the key after our last unlock")
+				}
+				directUnlockAll(t, w)
+				return
+			}
+			if directTry(t, d, k, Exclusive) {
+				t.Fatal("direct exclusive got a key we hold shared")
+			}
+			if !directTry(t, d, k, Shared) {
+				t.Fatal("direct shared refused while we hold only shared")
+			}
+			directUnlockAll(t, d)
+		})
 	}
-	if !directTry(t, d, k, Shared) {
-		t.Fatal("direct shared refused while we hold only shared")
+	if logged.String() != "" {
+		t.Errorf("the manager logged errors:\n%s", logged.String())
 	}
-	directUnlockAll(t, d)
+}
+
+// waiting reports whether backend pid waits for k (a pg_locks row not granted).
+func waiting(t *testing.T, k Key, pid uint32) bool {
+	t.Helper()
+	cls, obj, sub := k.ClassObj()
+	var n int
+	err := direct(t).QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND NOT granted AND classid = $1 AND objid = $2 AND objsubid = $3 AND pid = $4`,
+		cls, obj, sub, int32(pid)).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// lockModes lists the modes lockpool's lock connections hold k in.
+func lockModes(t *testing.T, k Key) []string {
+	t.Helper()
+	cls, obj, sub := k.ClassObj()
+	rows, err := direct(t).Query(context.Background(), `SELECT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3
+		AND a.application_name = $4 ORDER BY 1`, cls, obj, sub, ApplicationName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return modes
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestUnlockAll(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,8 @@ type lockConn struct {
 	pid  uint32
 	gen  uint64 // bumped at every (re)dial: holds record the generation they were taken on
 	stop chan struct{}
+	// live is gen while the connection is open and not found dead, else 0.
+	live atomic.Uint64
 }
 
 // connLocked returns the live connection, dialling one if needed (never
@@ -53,6 +56,7 @@ func (lc *lockConn) connLocked(ctx context.Context) (*pgx.Conn, error) {
 	lc.c = c
 	lc.pid = c.PgConn().PID()
 	lc.gen++
+	lc.live.Store(lc.gen)
 	lc.stop = make(chan struct{})
 	go lc.watch(c, lc.gen, lc.stop)
 	return c, nil
@@ -165,6 +169,7 @@ func (lc *lockConn) lost(gen uint64) {
 	}
 	c := lc.c
 	lc.c = nil
+	lc.live.Store(0)
 	close(lc.stop)
 	lc.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -180,6 +185,7 @@ func (lc *lockConn) close() {
 	lc.mu.Lock()
 	c := lc.c
 	lc.c = nil
+	lc.live.Store(0)
 	if c != nil {
 		close(lc.stop)
 	}
@@ -192,6 +198,15 @@ func (lc *lockConn) close() {
 		cancel()
 	}
 }
+
+// alive reports whether generation gen is the connection's current one and
+// has not been found dead. Call it with the database's mutex held: a lock
+// taken on gen and recorded in the table in the same critical section is
+// dropped by connLost when gen dies (lost marks gen dead before connLost
+// takes that mutex); a lock whose generation is not alive must not be
+// recorded. It takes no lock of the connection's, whose mutex may be held
+// for a whole statement.
+func (lc *lockConn) alive(gen uint64) bool { return gen != 0 && lc.live.Load() == gen }
 
 // backendPID is the PostgreSQL pid of the connection (0 when not open).
 func (lc *lockConn) backendPID() uint32 {

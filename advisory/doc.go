@@ -39,13 +39,17 @@
 //   - For every key and mode, the home connection holds the PostgreSQL lock
 //     exactly once while at least one client session holds it in that mode,
 //     and not at all otherwise (an exclusive hold also covers a shared hold
-//     of the same session: the shared lock is taken in PostgreSQL before the
-//     exclusive one is given back).
+//     of the same session: the shared lock is taken in PostgreSQL, with the
+//     blocking form that PostgreSQL grants at once to the holder of the
+//     exclusive lock even when others wait for the key, before the exclusive
+//     one is given back).
 //   - Only one PostgreSQL operation per key is in flight (the key's busy
 //     flag), and each connection runs one statement at a time (its mutex).
 //   - When a lock connection dies, every session that held a key on it is
 //     told once (the lost callback of NewSession) and loses those holds; its
 //     later calls fail with 08006. lockpool's proxy closes such a client, so
-//     it never believes it still holds a lock PostgreSQL has released.
+//     it never believes it still holds a lock PostgreSQL has released. A
+//     lock is recorded only while its connection generation is alive
+//     (checked under the table's mutex), so no grant slips past a loss.
 //   - Session.Close releases everything the session held or waited for.
 package advisory

@@ -152,6 +152,12 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 		d.mu.Lock()
 		ks.busy = false
 		ks.broadcast()
+		if err == nil && ok && !d.conns[ks.home].alive(gen) {
+			// The connection died after granting the lock, and connLost
+			// has run (or runs next) without this key: PostgreSQL has
+			// released it.
+			err = errConnLost
+		}
 		if err != nil {
 			d.tidyLocked(ks)
 			if errors.Is(err, errConnLost) {

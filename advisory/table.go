@@ -200,7 +200,8 @@ func (d *database) grantLocked(ks *keyState, s *Session, mode Mode) {
 // pgSQL is the statement for one PostgreSQL operation on a key.
 func pgSQL(fn string, k Key) string { return "SELECT pg_catalog." + fn + "(" + k.args() + ")" }
 
-// pgBool runs a boolean advisory function for the key on its home connection.
+// pgBool runs an advisory function for the key on its home connection and
+// reports its boolean result (true for the void pg_advisory_lock_shared).
 func (d *database) pgBool(ks *keyState, fn string) (bool, uint64, error) {
 	ctx, cancel := opContext()
 	defer cancel()
@@ -211,13 +212,27 @@ func (d *database) pgBool(ks *keyState, fn string) (bool, uint64, error) {
 	if len(row) != 1 {
 		return false, gen, fmt.Errorf("advisory: %s returned %d columns", fn, len(row))
 	}
+	if fn == fnDowngrade {
+		return true, gen, nil
+	}
 	return string(row[0]) == "t", gen, nil
 }
 
+// fnDowngrade takes the shared lock on a key the connection holds
+// exclusively, before the exclusive lock is given back. It is the blocking
+// form, and it cannot block: PostgreSQL queues a request of a backend that
+// holds a lock conflicting with a waiter ahead of that waiter and grants it
+// at once when only the backend's own locks conflict with it. The try form
+// is refused whenever another session waits for the key (its request
+// conflicts with the waiter's before the backend's own locks are
+// considered), and giving the exclusive lock back then would leave the
+// shared holders with no lock in PostgreSQL.
+const fnDowngrade = "pg_advisory_lock_shared"
+
 // syncPGLocked brings the home connection's PostgreSQL locks in line with
-// the table after holds were dropped: the shared lock is taken before the
-// exclusive one is given back when shared holds remain, and a mode nobody
-// holds is unlocked. It is called with d.mu held and returns with it held;
+// the table after holds were dropped: the shared lock is taken (fnDowngrade)
+// before the exclusive one is given back when shared holds remain, and a
+// mode nobody holds is unlocked. It is called with d.mu held and returns with it held;
 // it waits for the key's busy flag and sets it while PostgreSQL works.
 func (d *database) syncPGLocked(ks *keyState) {
 	for ks.busy {
@@ -226,53 +241,64 @@ func (d *database) syncPGLocked(ks *keyState) {
 		<-ch
 		d.mu.Lock()
 	}
-	var fns []string
-	after := ks.pg
+	// The steps, in order: each sets the flag of its mode to take.
+	type step struct {
+		fn   string
+		mode Mode
+		take bool
+	}
+	var steps []step
+	want := ks.pg
 	if ks.pg[Exclusive] && ks.total(Exclusive) == 0 {
 		if ks.total(Shared) > 0 && !ks.pg[Shared] {
-			fns = append(fns, "pg_try_advisory_lock_shared")
-			after[Shared] = true
+			steps = append(steps, step{fnDowngrade, Shared, true})
+			want[Shared] = true
 		}
-		fns = append(fns, "pg_advisory_unlock")
-		after[Exclusive] = false
+		steps = append(steps, step{"pg_advisory_unlock", Exclusive, false})
+		want[Exclusive] = false
 	}
-	if after[Shared] && ks.total(Shared) == 0 {
-		fns = append(fns, "pg_advisory_unlock_shared")
-		after[Shared] = false
+	if want[Shared] && ks.total(Shared) == 0 {
+		steps = append(steps, step{"pg_advisory_unlock_shared", Shared, false})
 	}
-	if len(fns) == 0 {
+	if len(steps) == 0 {
 		d.tidyLocked(ks)
 		return
 	}
 	gen := ks.gen
+	done := ks.pg // the flags after the steps that succeeded
 	ks.busy = true
 	d.mu.Unlock()
 	var err error
-	for _, fn := range fns {
+	for _, st := range steps {
 		var ok bool
 		var g uint64
-		ok, g, err = d.pgBool(ks, fn)
+		ok, g, err = d.pgBool(ks, st.fn)
 		if err == nil && g != gen {
 			err = errConnLost // taken on a connection that has died since
 		}
 		if err != nil {
+			// Nothing after a failed step runs: the exclusive lock is
+			// not given back unless the shared one was taken.
 			break
 		}
 		if !ok {
-			d.m.log.Error("advisory: PostgreSQL disagrees with the lock table", "database", d.name, "key", ks.key.String(), "call", fn)
+			d.m.log.Error("advisory: PostgreSQL disagrees with the lock table", "database", d.name, "key", ks.key.String(), "call", st.fn)
 		}
+		done[st.mode] = st.take
 	}
 	d.mu.Lock()
 	ks.busy = false
-	if err != nil {
-		// A lost connection released everything on it (connLost cleared
-		// the flags); any other failure leaves the lock held: log it and
-		// keep the flags as they are, so a later release retries.
-		if !errors.Is(err, errConnLost) {
-			d.m.log.Error("advisory: unlock failed", "database", d.name, "key", ks.key.String(), "err", err)
-		}
-	} else if ks.gen == gen {
-		ks.pg = after
+	if err == nil && !d.conns[ks.home].alive(gen) {
+		err = errConnLost // connLost has run, or runs next and finds nothing
+	}
+	// A lost connection released everything on it (connLost cleared the
+	// flags); any other failure leaves the failed step's lock as it was:
+	// it is logged, and a later release retries.
+	if err != nil && !errors.Is(err, errConnLost) {
+		d.m.log.Error("advisory: unlock failed", "database", d.name, "key", ks.key.String(), "err", err)
+	}
+	if !errors.Is(err, errConnLost) && ks.gen == gen {
+		ks.pg = done
 	}
 	ks.broadcast()
 	d.tidyLocked(ks)

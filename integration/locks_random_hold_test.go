@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -343,6 +344,10 @@ func TestLocksRandomizedHold(t *testing.T) {
 		return len(rows) == 0, fmt.Sprintf("%d advisory locks remain: %+v", len(rows), rows)
 	})
 	stopCheck()
+	// Every lock operation lockpool ran found PostgreSQL as its table said.
+	if n := strings.Count(l.Warnings.String(), "PostgreSQL disagrees with the lock table"); n > 0 {
+		r.failf("lockpool logged %d operations where PostgreSQL disagreed with its lock table", n)
+	}
 
 	r.report(seed, ops, fmt.Sprintf("%d clients (one direct)", len(clients)), fmt.Sprintf("%d violations", r.fails.Load()))
 }

@@ -122,6 +122,10 @@ type Lockpool struct {
 	Registry *prometheus.Registry
 	Admin    *httptest.Server
 	Config   *config.Config
+	// Warnings is what lockpool logged at WARN and above (not for
+	// [StartYAML], whose buffer has the whole log). A test that fails
+	// prints it.
+	Warnings *LogBuffer
 }
 
 // Start runs lockpool in-process against the shared cluster with the
@@ -137,15 +141,30 @@ func Start(t *testing.T, serverMax int, top string, apps ...App) *Lockpool {
 }
 
 // StartConfig runs lockpool in-process from cfg (its listen and
-// admin_listen are not used: the test listens itself). The log is dropped,
-// or goes to stderr at debug level when LOCKPOOL_TEST_LOG is set.
+// admin_listen are not used: the test listens itself). Its warnings and
+// errors are kept in [Lockpool.Warnings] and printed when the test fails;
+// the whole log goes to stderr at debug level when LOCKPOOL_TEST_LOG is set.
 func StartConfig(t *testing.T, cfg *config.Config) *Lockpool {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	warnings := &LogBuffer{}
+	h := slog.Handler(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if os.Getenv("LOCKPOOL_TEST_LOG") != "" {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h = slog.NewMultiHandler(h, slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return startServer(t, cfg, logger)
+	l := startServer(t, cfg, slog.New(h))
+	l.Warnings = warnings
+	t.Cleanup(func() {
+		if t.Failed() {
+			if w := warnings.String(); w != "" {
+				const max = 16 << 10
+				if len(w) > max {
+					w = "…" + w[len(w)-max:]
+				}
+				t.Logf("lockpool's warnings and errors:\n%s", w)
+			}
+		}
+	})
+	return l
 }
 
 // StartYAML runs lockpool in-process from a whole YAML configuration,
