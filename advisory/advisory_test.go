@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -348,6 +349,77 @@ func TestExclusiveReleasedKeepsShared(t *testing.T) {
 	}
 	if logged.String() != "" {
 		t.Errorf("the manager logged errors:\n%s", logged.String())
+	}
+}
+
+// TestUpgradeAheadOfWaiter takes the exclusive lock of a key a session
+// holds shared while a direct session waits for it exclusively. PostgreSQL
+// puts the holder's blocking request ahead of the waiter (who waits for
+// the holder anyway) and grants it unless another session holds the key;
+// its try form is refused while anyone waits.
+func TestUpgradeAheadOfWaiter(t *testing.T) {
+	m := newManager(t)
+	tests := []struct {
+		name   string
+		key    Key
+		try    bool
+		other  bool // another direct session holds the key shared
+		wantOK bool
+		code   string
+	}{
+		{"blocking", OneKey(320), false, false, true, ""},
+		{"blocking, another holder", OneKey(321), false, true, false, "55P03"},
+		{"try", OneKey(322), true, false, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := tt.key
+			s := m.NewSession(appDB, nil)
+			defer s.Close()
+			mustLock(t, s, k, Shared, true)
+			other, w := direct(t), direct(t)
+			if tt.other && !directTry(t, other, k, Shared) {
+				t.Fatal("direct shared refused")
+			}
+			granted := make(chan error, 1)
+			go func() {
+				_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
+				granted <- err
+			}()
+			eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, w.PgConn().PID()) })
+			ok, err := s.Lock(context.Background(), k, Exclusive, tt.try, Limits{LockTimeout: 300 * time.Millisecond})
+			if ok != tt.wantOK || code(err) != tt.code {
+				t.Fatalf("Lock(exclusive) = %v, %v; want %v, %q", ok, err, tt.wantOK, tt.code)
+			}
+			want := []string{"ShareLock"}
+			if ok {
+				want = []string{"ExclusiveLock", "ShareLock"}
+			}
+			if got := lockModes(t, k); !slices.Equal(got, want) {
+				t.Fatalf("lock connection holds %v, want %v", got, want)
+			}
+			if !waiting(t, k, w.PgConn().PID()) {
+				t.Fatal("the direct waiter got the key")
+			}
+			directUnlockAll(t, other)
+			if ok {
+				if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
+					t.Fatalf("unlock = %v, %v", ok, err)
+				}
+			}
+			if ok, _, err := s.Unlock(k, Shared); !ok || err != nil {
+				t.Fatalf("unlock shared = %v, %v", ok, err)
+			}
+			select {
+			case err := <-granted:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the direct waiter was not granted the key after our last unlock")
+			}
+			directUnlockAll(t, w)
+		})
 	}
 }
 

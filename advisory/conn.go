@@ -87,6 +87,27 @@ func (lc *lockConn) query(ctx context.Context, sql string, params [][]byte, oids
 	return row, gen, res.Err
 }
 
+// simple runs sql (one or more statements, simple protocol) on the
+// connection. A connection error closes the connection and reports the
+// loss to the database.
+func (lc *lockConn) simple(ctx context.Context, sql string) (uint64, error) {
+	lc.mu.Lock()
+	c, err := lc.connLocked(ctx)
+	if err != nil {
+		lc.mu.Unlock()
+		return 0, err
+	}
+	gen := lc.gen
+	_, err = c.PgConn().Exec(ctx, sql).ReadAll()
+	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
+	lc.mu.Unlock()
+	if dead {
+		lc.lost(gen)
+		return gen, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	return gen, err
+}
+
 // eval runs a key evaluation (text results) and, in the same round trip,
 // pg_advisory_unlock_all(), so that whatever the client's expression did
 // to advisory locks does not stay on the connection. It returns the first
@@ -160,7 +181,9 @@ func (lc *lockConn) watch(c *pgx.Conn, gen uint64, stop chan struct{}) {
 }
 
 // lost closes generation gen of the connection (if still current) and
-// tells the database, which drops every hold on it.
+// tells the database, which drops every hold on it. The database is told
+// before the connection's mutex is let go, so no later generation is
+// dialled (and no lock recorded on it) while holds of gen remain.
 func (lc *lockConn) lost(gen uint64) {
 	lc.mu.Lock()
 	if lc.gen != gen || lc.c == nil {
@@ -171,11 +194,11 @@ func (lc *lockConn) lost(gen uint64) {
 	lc.c = nil
 	lc.live.Store(0)
 	close(lc.stop)
+	lc.db.connLost(lc.slot, gen) // takes the database's mutex: never held while waiting for lc.mu
 	lc.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = c.Close(ctx)
 	cancel()
-	lc.db.connLost(lc.slot, gen)
 }
 
 // close ends the connection. Its locks are given back first, so they are

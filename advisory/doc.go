@@ -23,7 +23,9 @@
 //   - Waiting. A blocked acquire waits in lockpool, holding no connection:
 //     behind a local holder in the key's queue (first come, first served, as
 //     in PostgreSQL), behind a remote holder by retrying the try-lock form on
-//     the home connection with a capped backoff, so one blocked key never
+//     the home connection with a capped backoff (the blocking form under a
+//     10 ms lock_timeout for a session upgrading its own shared lock, which
+//     PostgreSQL queues ahead of the key's waiters), so one blocked key never
 //     stops the others. The wait ends with the lock, the context (57014),
 //     the client's lock_timeout (55P03) or statement_timeout (57014), or a
 //     deadlock among lockpool's own waiters (40P01, checked after

@@ -146,9 +146,16 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 		if mode == Shared {
 			fn = "pg_try_advisory_lock_shared"
 		}
+		upgrade := !try && mode == Exclusive && ks.pg[Shared] && ks.onlyHolder(s)
 		ks.busy = true
 		d.mu.Unlock()
-		ok, gen, err := d.pgBool(ks, fn)
+		var ok bool
+		var gen uint64
+		if upgrade {
+			ok, gen, err = d.pgUpgrade(ks)
+		} else {
+			ok, gen, err = d.pgBool(ks, fn)
+		}
 		d.mu.Lock()
 		ks.busy = false
 		ks.broadcast()

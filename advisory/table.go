@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/pgerr"
 )
@@ -216,6 +219,38 @@ func (d *database) pgBool(ks *keyState, fn string) (bool, uint64, error) {
 		return true, gen, nil
 	}
 	return string(row[0]) == "t", gen, nil
+}
+
+// pgUpgrade takes the exclusive lock on a key the home connection holds
+// shared for the asking session alone, as that session's blocking
+// pg_advisory_lock would: PostgreSQL queues the request ahead of the
+// sessions that wait for the key (they wait for the shared lock anyway) and
+// grants it unless another session holds the key. The try form is refused
+// while anyone waits, so a waiter and the upgrading session would wait for
+// each other for ever. The wait in PostgreSQL is bounded by upgradeWait
+// (lock_timeout, set and reset in the same implicit transaction), so a
+// remote holder costs the connection no more than that per attempt; ok is
+// false when it elapsed.
+func (d *database) pgUpgrade(ks *keyState) (ok bool, gen uint64, err error) {
+	ctx, cancel := opContext()
+	defer cancel()
+	sql := "SET lock_timeout = " + strconv.FormatInt(upgradeWait.Milliseconds(), 10) + "; " +
+		pgSQL("pg_advisory_lock", ks.key) + "; SET lock_timeout = 0"
+	gen, err = d.conns[ks.home].simple(ctx, sql)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgerr.LockNotAvailable {
+		return false, gen, nil
+	}
+	return err == nil, gen, err
+}
+
+// upgradeWait bounds one attempt of pgUpgrade.
+const upgradeWait = 10 * time.Millisecond
+
+// onlyHolder reports whether s is the one session that holds the key.
+func (ks *keyState) onlyHolder(s *Session) bool {
+	_, ok := ks.holders[s]
+	return ok && len(ks.holders) == 1
 }
 
 // fnDowngrade takes the shared lock on a key the connection holds

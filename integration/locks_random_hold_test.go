@@ -2,14 +2,19 @@ package integration
 
 // The randomized lock test under advisory_locks: hold: clients of lockpool
 // and one direct client take, stack, release and abandon advisory locks at
-// random, while a checker compares pg_locks (lockpool's lock connections
-// and the direct client's backend) with what the clients believe they hold.
+// random, while a killer terminates lockpool's lock connections and a
+// checker compares pg_locks (lockpool's lock connections and the direct
+// client's backend) with what the clients believe they hold.
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +41,9 @@ const (
 	// lkhLockConnPID stands for any of lockpool's lock connections in the
 	// lock log (which connection is lockpool's business).
 	lkhLockConnPID = 1
+	// lkhKillEvery is the mean time between two terminations of a lock
+	// connection while the clients run.
+	lkhKillEvery = 400 * time.Millisecond
 )
 
 // lkhRowsSQL lists the granted locks on this test's keys, with whether the
@@ -56,14 +64,45 @@ type lkhClient struct {
 	dsn    string
 	pid    uint32                           // backend pid of the direct client
 	held   map[int64][2][]*testenv.LockHold // by mode: 0 exclusive, 1 shared
+	kills  *atomic.Int64                    // the killer's count of terminated lock connections
+	killed int64                            // kills before this connection was made
 }
 
 func (c *lkhClient) connect() error {
+	c.killed = c.kills.Load()
 	if err := c.dial(c.dsn); err != nil {
 		return err
 	}
 	c.pid = c.conn.PgConn().PID()
 	return nil
+}
+
+// lostLock reports an error that ends a lockpool client's session because
+// a lock connection died: lockpool closes a client whose lock was on it
+// with 08006, and one whose operation ran into the dead connection before
+// lockpool noticed. It is accepted only after a termination.
+func (c *lkhClient) lostLock(err error) bool {
+	if c.direct || c.kills.Load() == c.killed {
+		return false
+	}
+	return sqlState(err) == "08006" || c.conn.IsClosed()
+}
+
+// forgetLost ends a session lockpool closed for a lost lock connection:
+// the locks on that connection are gone (PostgreSQL released them when it
+// died, before now), the others lockpool releases as for any session that
+// ended (within the grace period), and the client connects again.
+func (c *lkhClient) forgetLost() {
+	c.r.count("session-lost-with-lock-connection")
+	at := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = c.conn.Close(ctx)
+	cancel()
+	c.conn = nil
+	c.dropAll(at.Add(lkhGrace))
+	if err := c.connect(); err != nil {
+		c.r.failf("client %d: reconnect: %v", c.id, err)
+	}
 }
 
 func (c *lkhClient) logPID() uint32 {
@@ -110,6 +149,10 @@ func (c *lkhClient) disconnect(abrupt bool) {
 }
 
 func (c *lkhClient) unexpected(op string, err error) {
+	if c.lostLock(err) {
+		c.forgetLost()
+		return
+	}
 	c.r.failf("client %d (direct %v): %s: unexpected error %v", c.id, c.direct, op, err)
 	c.disconnect(false)
 	if err := c.connect(); err != nil {
@@ -308,9 +351,10 @@ func TestLocksRandomizedHold(t *testing.T) {
 	l := startLockpool(t, 12, "", appYAML{name: lkhApp, user: lkhUser, db: "appdb", max: 3, pinned: 1, advisory: "hold", state: "pin", wait: "5s"})
 	r := newLkrRun(t, l)
 	checkSU, su := superConn(t, "appdb"), superConn(t, "appdb")
+	k := &lkhKiller{r: r, su: superConn(t, "appdb"), rng: rand.New(rand.NewSource(seed - 1)), stop: make(chan struct{}), done: make(chan struct{})}
 
 	clients := lkrStartClients(t, r, seed, lkhClients+1, func(s lkrSession) *lkhClient {
-		c := &lkhClient{lkrSession: s, held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb")}
+		c := &lkhClient{lkrSession: s, held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb"), kills: &k.kills}
 		if s.id == lkhClients {
 			c.direct, c.dsn = true, pgtestDSN(t, lkhUser)
 		}
@@ -333,8 +377,15 @@ func TestLocksRandomizedHold(t *testing.T) {
 			})
 	})
 	defer stopCheck()
+	go k.run()
+	defer k.end()
 
-	ops := lkrRunPhases(r, clients, lkhPhases, lkhPhaseDur, math.MaxInt, func(when string) { lkhBarrier(t, r, su, clients, when) })
+	ops := lkrRunPhases(r, clients, lkhPhases, lkhPhaseDur, math.MaxInt, func(when string) {
+		k.mu.Lock() // no termination while the clients are compared with pg_locks
+		defer k.mu.Unlock()
+		lkhBarrier(t, r, su, clients, when)
+	})
+	k.end()
 
 	lkrLeave(t, clients, lkhGrace, func(ctx context.Context) (bool, string) {
 		rows, err := lkhRows(ctx, su)
@@ -349,7 +400,74 @@ func TestLocksRandomizedHold(t *testing.T) {
 		r.failf("lockpool logged %d operations where PostgreSQL disagreed with its lock table", n)
 	}
 
-	r.report(seed, ops, fmt.Sprintf("%d clients (one direct)", len(clients)), fmt.Sprintf("%d violations", r.fails.Load()))
+	r.report(seed, ops, fmt.Sprintf("%d clients (one direct)", len(clients)), fmt.Sprintf("%d lock connections terminated, %d violations", k.kills.Load(), r.fails.Load()))
+	if k.kills.Load() == 0 {
+		t.Error("no lock connection was terminated")
+	}
+}
+
+// lkhKiller terminates one of lockpool's lock connections that hold a key
+// of the test, at random times while the clients run (each holder's session
+// must be closed by lockpool, and the lock table must forget the
+// connection's locks).
+type lkhKiller struct {
+	r     *lkrRun
+	su    *pgx.Conn
+	rng   *rand.Rand
+	mu    sync.Mutex // held while terminating; a barrier holds it to pause the killer
+	kills atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (k *lkhKiller) run() {
+	defer close(k.done)
+	for {
+		t := time.NewTimer(time.Duration(k.rng.Int63n(int64(2 * lkhKillEvery))))
+		select {
+		case <-k.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		k.mu.Lock()
+		k.killOne()
+		k.mu.Unlock()
+	}
+}
+
+// end stops the killer and waits for it.
+func (k *lkhKiller) end() {
+	k.once.Do(func() { close(k.stop) })
+	<-k.done
+}
+
+func (k *lkhKiller) killOne() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := lkhRows(ctx, k.su)
+	if err != nil {
+		k.r.failf("killer: %v", err)
+		return
+	}
+	var pids []uint32
+	for _, x := range rows {
+		if x.lockConn && !slices.Contains(pids, x.pid) {
+			pids = append(pids, x.pid)
+		}
+	}
+	if len(pids) == 0 {
+		return
+	}
+	slices.Sort(pids)
+	pid := pids[k.rng.Intn(len(pids))]
+	// Counted first: a client that sees its session end sees the count up.
+	k.kills.Add(1)
+	if _, err := k.su.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid)); err != nil {
+		k.r.failf("killer: terminate %d: %v", pid, err)
+	}
+	k.r.count("lock-connection-terminated")
 }
 
 // lkhBarrier checks, with every client idle, that no two clients believe
@@ -365,37 +483,55 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 		lpExcl, lpShared, directExcl, directShared bool
 		holders                                    map[int][2]int
 	}
-	beliefs := map[int64]*belief{}
-	for _, c := range clients {
-		for k := range c.held {
-			b := beliefs[k]
-			if b == nil {
-				b = &belief{holders: map[int][2]int{}}
-				beliefs[k] = b
+	var beliefs map[int64]*belief
+	// believe asks every lockpool client whether its session still stands
+	// (lockpool closes the sessions whose locks died with a terminated lock
+	// connection; such a client forgets its locks) and collects what the
+	// clients believe they hold.
+	believe := func() {
+		for _, c := range clients[:lkhClients] {
+			if c.conn == nil {
+				continue
 			}
-			e, s := c.count(k, 0) > 0, c.count(k, 1) > 0
-			b.holders[c.id] = [2]int{c.count(k, 0), c.count(k, 1)}
-			if c.direct {
-				b.directExcl, b.directShared = e, s
-			} else {
-				b.lpExcl = b.lpExcl || e
-				b.lpShared = b.lpShared || s
+			if err := c.conn.Ping(ctx); err != nil {
+				c.unexpected("ping", err)
 			}
 		}
-	}
-	for k, b := range beliefs {
-		var excl []int
-		for id, h := range b.holders {
-			if h[0] > 0 {
-				excl = append(excl, id)
+		beliefs = map[int64]*belief{}
+		for _, c := range clients {
+			for k := range c.held {
+				b := beliefs[k]
+				if b == nil {
+					b = &belief{holders: map[int][2]int{}}
+					beliefs[k] = b
+				}
+				e, s := c.count(k, 0) > 0, c.count(k, 1) > 0
+				b.holders[c.id] = [2]int{c.count(k, 0), c.count(k, 1)}
+				if c.direct {
+					b.directExcl, b.directShared = e, s
+				} else {
+					b.lpExcl = b.lpExcl || e
+					b.lpShared = b.lpShared || s
+				}
 			}
-		}
-		if len(excl) > 1 || len(excl) == 1 && len(b.holders) > 1 {
-			r.failf("%s: key %d: conflicting beliefs %v", when, k, b.holders)
 		}
 	}
 	var bad []string
+	conflicts := func() {
+		for k, b := range beliefs {
+			var excl []int
+			for id, h := range b.holders {
+				if h[0] > 0 {
+					excl = append(excl, id)
+				}
+			}
+			if len(excl) > 1 || len(excl) == 1 && len(b.holders) > 1 {
+				bad = append(bad, fmt.Sprintf("key %d: conflicting beliefs %v", k, b.holders))
+			}
+		}
+	}
 	agree := func() bool {
+		believe()
 		rows, err := lkhRows(ctx, su)
 		if err != nil {
 			t.Fatal(err)
@@ -431,6 +567,7 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 			}
 		}
 		bad = nil
+		conflicts()
 		for k, g := range got {
 			w := beliefs[k]
 			if w == nil {
@@ -456,7 +593,9 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 		}
 		return len(bad) == 0
 	}
-	// The deadline allows for releases of the last moment's disconnects.
+	// The deadline allows for releases of the last moment's disconnects,
+	// and for lockpool to close the sessions of a terminated lock
+	// connection.
 	if !lkrPoll(time.Now().Add(lkhGrace+500*time.Millisecond), 20*time.Millisecond, agree) {
 		for _, s := range bad {
 			r.failf("%s: %s", when, s)
