@@ -27,7 +27,7 @@ func TestLeaseAcquireCancel(t *testing.T) {
 		t.Helper()
 		mustAcquire(t, holder, name, 60, 0)
 		done := waitLease(ctx, waiter, name, 30, 30)
-		time.Sleep(500 * time.Millisecond)
+		clientWaiting(t, l, waiter.PgConn().PID())
 		cancelled := time.Now()
 		cancelIt()
 		var r leaseGrant

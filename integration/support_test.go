@@ -6,6 +6,8 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os/exec"
 	"testing"
@@ -152,4 +154,27 @@ func rollbackFailedBegin(ctx context.Context, conn *pgx.Conn) {
 	if conn != nil && !conn.IsClosed() && conn.PgConn().TxStatus() == 'E' {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 	}
+}
+
+// clientWaiting waits until lockpool's /debug/clients shows the client
+// whose backend key is pid waiting in lockpool (for a connection, a lock or
+// a lease).
+func clientWaiting(t testing.TB, l *lp, pid uint32) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("client %d waiting in lockpool", pid), func() bool {
+		code, body := l.get("/debug/clients")
+		if code != 200 {
+			t.Fatalf("GET /debug/clients = %d %s", code, body)
+		}
+		var rows []proxy.ClientRow
+		if err := json.Unmarshal([]byte(body), &rows); err != nil {
+			t.Fatalf("GET /debug/clients: %v\n%s", err, body)
+		}
+		for _, r := range rows {
+			if r.ID == pid {
+				return r.State == "waiting"
+			}
+		}
+		return false
+	})
 }
