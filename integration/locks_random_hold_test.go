@@ -64,12 +64,12 @@ type lkhClient struct {
 	dsn    string
 	pid    uint32                           // backend pid of the direct client
 	held   map[int64][2][]*testenv.LockHold // by mode: 0 exclusive, 1 shared
-	kills  *atomic.Int64                    // the killer's count of terminated lock connections
-	killed int64                            // kills before this connection was made
+	killer *lkhKiller
+	since  time.Time // when this connection was made
 }
 
 func (c *lkhClient) connect() error {
-	c.killed = c.kills.Load()
+	c.since = time.Now()
 	if err := c.dial(c.dsn); err != nil {
 		return err
 	}
@@ -80,9 +80,11 @@ func (c *lkhClient) connect() error {
 // lostLock reports an error that ends a lockpool client's session because
 // a lock connection died: lockpool closes a client whose lock was on it
 // with 08006, and one whose operation ran into the dead connection before
-// lockpool noticed. It is accepted only after a termination.
+// lockpool noticed. It is accepted only when a termination began during
+// the session or within the grace period before it (lockpool notices a
+// dead connection at its next use or check).
 func (c *lkhClient) lostLock(err error) bool {
-	if c.direct || c.kills.Load() == c.killed {
+	if c.direct || !c.killer.killedSince(c.since.Add(-lkhGrace)) {
 		return false
 	}
 	return sqlState(err) == "08006" || c.conn.IsClosed()
@@ -293,7 +295,17 @@ func (c *lkhClient) opXact(ctx context.Context) {
 	}
 	key := c.pickKey(lkhXactBase, lkhXactN)
 	iv := c.r.log.Open(c.id, key)
-	defer func() { c.r.log.Close(iv, time.Now()) }()
+	// The lock ends with the transaction: at COMMIT, or, when the session
+	// ends inside the transaction (lockpool closes it when a lock connection
+	// it held a lock on dies), when lockpool has ended the server side,
+	// within the grace period.
+	end := time.Time{}
+	defer func() {
+		if end.IsZero() {
+			end = time.Now().Add(lkhGrace)
+		}
+		c.r.log.Close(iv, end)
+	}()
 	var ok bool
 	var pid int32
 	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid); err != nil {
@@ -305,6 +317,107 @@ func (c *lkhClient) opXact(ctx context.Context) {
 	c.r.count(fmt.Sprintf("pg_try_advisory_xact_lock=%v", ok))
 	if err := tx.Commit(ctx); err != nil {
 		c.unexpected("COMMIT", err)
+		return
+	}
+	end = time.Now()
+}
+
+// opBatch sends two to five try-locks, unlocks and plain statements in one
+// pipeline (pgx's batch: one Sync), with the connection's default exec mode:
+// lockpool answers the held calls in their places among the server's
+// replies, and each result must be what the client's holds say, in order.
+func (c *lkhClient) opBatch(ctx context.Context) {
+	type item struct {
+		op   int // 0 try-lock, 1 unlock, 2 plain statement
+		m    int // mode: 0 exclusive, 1 shared
+		key  int64
+		fn   string
+		iv   *testenv.LockHold
+		want int32 // the plain statement's value
+	}
+	var items []*item
+	b := &pgx.Batch{}
+	for n := 2 + c.rng.Intn(4); len(items) < n; {
+		it := &item{op: c.rng.Intn(3), m: c.rng.Intn(2)}
+		base, kn := int64(lkhExclBase), lkhExclN
+		if it.m == 1 {
+			base, kn = lkhShBase, lkhShN
+		}
+		it.key = c.pickKey(base, kn)
+		switch it.op {
+		case 0:
+			it.fn = [2]string{"pg_try_advisory_lock", "pg_try_advisory_lock_shared"}[it.m]
+			it.iv = c.r.log.Open(c.id, it.key)
+			b.Queue("SELECT "+it.fn+"($1)", it.key)
+		case 1:
+			it.fn = [2]string{"pg_advisory_unlock", "pg_advisory_unlock_shared"}[it.m]
+			if c.rng.Intn(5) != 0 { // mostly a key the client held in that mode before the batch
+				for k := range c.held {
+					if c.count(k, it.m) > 0 {
+						it.key = k
+						break
+					}
+				}
+			}
+			b.Queue("SELECT "+it.fn+"($1)", it.key)
+		default:
+			it.want = int32(c.rng.Intn(1000))
+			b.Queue("SELECT $1::int4", it.want)
+		}
+		items = append(items, it)
+	}
+	br := c.conn.SendBatch(ctx, b)
+	var err error
+	for i, it := range items {
+		if err != nil {
+			if it.iv != nil {
+				c.r.log.Close(it.iv, time.Now())
+			}
+			continue
+		}
+		switch it.op {
+		case 0:
+			var ok bool
+			if err = br.QueryRow().Scan(&ok); err != nil {
+				c.r.log.Close(it.iv, time.Now())
+				continue
+			}
+			c.r.count(fmt.Sprintf("batch %s=%v", it.fn, ok))
+			if !ok {
+				c.r.log.Close(it.iv, time.Now())
+				if c.count(it.key, 0) > 0 {
+					c.r.failf("client %d: batch item %d: %s(%d) = false although it holds the key exclusively", c.id, i, it.fn, it.key)
+				}
+				continue
+			}
+			c.push(it.key, it.m, it.iv)
+		case 1:
+			var ok bool
+			if err = br.QueryRow().Scan(&ok); err != nil {
+				continue
+			}
+			c.r.count(fmt.Sprintf("batch %s=%v", it.fn, ok))
+			if want := c.count(it.key, it.m) > 0; ok != want {
+				c.r.failf("client %d (direct %v): batch item %d: %s(%d) = %v, but the client holds it %d times", c.id, c.direct, i, it.fn, it.key, ok, c.count(it.key, it.m))
+			}
+			if ok && c.count(it.key, it.m) > 0 {
+				c.pop(it.key, it.m, time.Now())
+			}
+		default:
+			var v int32
+			if err = br.QueryRow().Scan(&v); err != nil {
+				continue
+			}
+			if v != it.want {
+				c.r.failf("client %d (direct %v): batch item %d: SELECT %d returned %d (a reply out of place)", c.id, c.direct, i, it.want, v)
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		c.unexpected("batch", err)
 	}
 }
 
@@ -334,6 +447,8 @@ func (c *lkhClient) step() {
 		c.opLock(ctx)
 	case p < 90:
 		c.opXact(ctx)
+	case p < 93:
+		c.opBatch(ctx)
 	case p < 95:
 		if _, err := c.conn.Exec(ctx, "SELECT 1"); err != nil {
 			c.unexpected("SELECT 1", err)
@@ -354,7 +469,7 @@ func TestLocksRandomizedHold(t *testing.T) {
 	k := &lkhKiller{r: r, su: superConn(t, "appdb"), rng: rand.New(rand.NewSource(seed - 1)), stop: make(chan struct{}), done: make(chan struct{})}
 
 	clients := lkrStartClients(t, r, seed, lkhClients+1, func(s lkrSession) *lkhClient {
-		c := &lkhClient{lkrSession: s, held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb"), kills: &k.kills}
+		c := &lkhClient{lkrSession: s, held: map[int64][2][]*testenv.LockHold{}, dsn: l.dsn(lkhUser, "appdb"), killer: k}
 		if s.id == lkhClients {
 			c.direct, c.dsn = true, pgtestDSN(t, lkhUser)
 		}
@@ -416,6 +531,7 @@ type lkhKiller struct {
 	rng   *rand.Rand
 	mu    sync.Mutex // held while terminating; a barrier holds it to pause the killer
 	kills atomic.Int64
+	last  atomic.Int64 // when the last termination began (Unix nanoseconds)
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -436,6 +552,9 @@ func (k *lkhKiller) run() {
 		k.mu.Unlock()
 	}
 }
+
+// killedSince reports whether a termination began after t.
+func (k *lkhKiller) killedSince(t time.Time) bool { return k.last.Load() > t.UnixNano() }
 
 // end stops the killer and waits for it.
 func (k *lkhKiller) end() {
@@ -462,7 +581,8 @@ func (k *lkhKiller) killOne() {
 	}
 	slices.Sort(pids)
 	pid := pids[k.rng.Intn(len(pids))]
-	// Counted first: a client that sees its session end sees the count up.
+	// Noted first: a client whose session ends for it sees the time.
+	k.last.Store(time.Now().UnixNano())
 	k.kills.Add(1)
 	if _, err := k.su.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid)); err != nil {
 		k.r.failf("killer: terminate %d: %v", pid, err)
