@@ -303,18 +303,11 @@ func TestExclusiveReleasedKeepsShared(t *testing.T) {
 			k := tt.key
 			mustLock(t, s, k, Exclusive, true)
 			mustLock(t, s, k, Shared, true)
-			granted := make(chan error, 1)
+			var granted <-chan error
 			if tt.waiter {
-				wpid := w.PgConn().PID()
-				go func() {
-					_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
-					granted <- err
-				}()
-				eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, wpid) })
+				granted = directWaiter(t, w, k)
 			}
-			if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
-				t.Fatalf("unlock = %v, %v", ok, err)
-			}
+			mustUnlock(t, s, k, Exclusive)
 			// PostgreSQL grants a waiter within the unlock that frees
 			// the key, so pg_locks is up to date here.
 			if got := lockModes(t, k); len(got) != 1 || got[0] != "ShareLock" {
@@ -324,18 +317,8 @@ func TestExclusiveReleasedKeepsShared(t *testing.T) {
 				if !waiting(t, k, w.PgConn().PID()) {
 					t.Fatal("the direct waiter got the key we still hold shared")
 				}
-				if ok, _, err := s.Unlock(k, Shared); !ok || err != nil {
-					t.Fatalf("unlock shared = %v, %v", ok, err)
-				}
-				select {
-				case err := <-granted:
-					if err != nil {
-						t.Fatal(err)
-					}
-				case <-time.After(5 * time.Second):
-					t.Fatal("the direct waiter was not granted the key after our last unlock")
-				}
-				directUnlockAll(t, w)
+				mustUnlock(t, s, k, Shared)
+				mustBeGranted(t, granted, w)
 				return
 			}
 			if directTry(t, d, k, Exclusive) {
@@ -381,12 +364,7 @@ func TestUpgradeAheadOfWaiter(t *testing.T) {
 			if tt.other && !directTry(t, other, k, Shared) {
 				t.Fatal("direct shared refused")
 			}
-			granted := make(chan error, 1)
-			go func() {
-				_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
-				granted <- err
-			}()
-			eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, w.PgConn().PID()) })
+			granted := directWaiter(t, w, k)
 			ok, err := s.Lock(context.Background(), k, Exclusive, tt.try, Limits{LockTimeout: 300 * time.Millisecond})
 			if ok != tt.wantOK || code(err) != tt.code {
 				t.Fatalf("Lock(exclusive) = %v, %v; want %v, %q", ok, err, tt.wantOK, tt.code)
@@ -403,23 +381,47 @@ func TestUpgradeAheadOfWaiter(t *testing.T) {
 			}
 			directUnlockAll(t, other)
 			if ok {
-				if ok, _, err := s.Unlock(k, Exclusive); !ok || err != nil {
-					t.Fatalf("unlock = %v, %v", ok, err)
-				}
+				mustUnlock(t, s, k, Exclusive)
 			}
-			if ok, _, err := s.Unlock(k, Shared); !ok || err != nil {
-				t.Fatalf("unlock shared = %v, %v", ok, err)
-			}
-			select {
-			case err := <-granted:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("the direct waiter was not granted the key after our last unlock")
-			}
-			directUnlockAll(t, w)
+			mustUnlock(t, s, k, Shared)
+			mustBeGranted(t, granted, w)
 		})
+	}
+}
+
+// directWaiter starts a blocking pg_advisory_lock(k) on the direct session
+// w and returns once PostgreSQL shows it waiting; the channel gets its end.
+func directWaiter(t *testing.T, w *pgx.Conn, k Key) <-chan error {
+	t.Helper()
+	granted := make(chan error, 1)
+	go func() {
+		_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
+		granted <- err
+	}()
+	eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, w.PgConn().PID()) })
+	return granted
+}
+
+// mustBeGranted requires the directWaiter's lock within 5 s, then
+// releases it.
+func mustBeGranted(t *testing.T, granted <-chan error, w *pgx.Conn) {
+	t.Helper()
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the direct waiter was not granted the key after our last unlock")
+	}
+	directUnlockAll(t, w)
+}
+
+// mustUnlock gives back one hold of k in mode, which s must have.
+func mustUnlock(t *testing.T, s *Session, k Key, mode Mode) {
+	t.Helper()
+	if ok, _, err := s.Unlock(k, mode); !ok || err != nil {
+		t.Fatalf("unlock %v = %v, %v", mode, ok, err)
 	}
 }
 
