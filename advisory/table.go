@@ -265,10 +265,11 @@ func (ks *keyState) onlyHolder(s *Session) bool {
 const fnDowngrade = "pg_advisory_lock_shared"
 
 // syncPGLocked brings the home connection's PostgreSQL locks in line with
-// the table after holds were dropped: the shared lock is taken (fnDowngrade)
-// before the exclusive one is given back when shared holds remain, and a
-// mode nobody holds is unlocked. It is called with d.mu held and returns with it held;
-// it waits for the key's busy flag and sets it while PostgreSQL works.
+// the table after holds were dropped: the shared lock is taken
+// (fnDowngrade) before the exclusive one is given back when shared holds
+// remain, and a mode nobody holds is unlocked. It is called with d.mu held
+// and returns with it held; it waits for the key's busy flag and sets it
+// while PostgreSQL works.
 func (d *database) syncPGLocked(ks *keyState) {
 	for ks.busy {
 		ch := ks.changed
@@ -324,7 +325,7 @@ func (d *database) syncPGLocked(ks *keyState) {
 	d.mu.Lock()
 	ks.busy = false
 	if err == nil && !d.conns[ks.home].alive(gen) {
-		err = errConnLost // connLost has run, or runs next and finds nothing
+		err = errConnLost // connLost has run, or runs next and clears the flags
 	}
 	// A lost connection released everything on it (connLost cleared the
 	// flags); any other failure leaves the failed step's lock as it was:
