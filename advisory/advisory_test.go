@@ -712,6 +712,49 @@ func TestConnectionLost(t *testing.T) {
 	}
 }
 
+// TestConnectionClosedBeforeReported lets a lock connection die under an
+// operation that has not reported the loss yet (pgx has closed it), and has
+// another session use the same connection slot first: the slot's next
+// connection must not be dialled before the dead one's holders are told and
+// its locks forgotten, or a shared request would be granted from the table
+// with nothing in PostgreSQL.
+func TestConnectionClosedBeforeReported(t *testing.T) {
+	m := newManager(t, func(o *Options) { o.WatchInterval = time.Hour }) // no watch: the redial must notice
+	told := make(chan struct{}, 1)
+	a := m.NewSession(appDB, func() { told <- struct{}{} })
+	defer a.Close()
+	k := OneKey(340)
+	mustLock(t, a, k, Shared, true)
+	d, err := m.db(appDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := d.conns[d.home(k)]
+	other := OneKey(341)
+	for d.home(other) != d.home(k) {
+		other.A++
+	}
+	lc.mu.Lock()
+	_ = lc.c.PgConn().Close(context.Background()) // PostgreSQL releases the lock
+	lc.mu.Unlock()
+	b := m.NewSession(appDB, nil)
+	defer b.Close()
+	if !mustLock(t, b, other, Exclusive, true) {
+		t.Fatal("a free key refused on the slot's next connection")
+	}
+	select {
+	case <-told:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the holder of a lock on the dead connection was not told")
+	}
+	if !mustLock(t, b, k, Shared, true) {
+		t.Fatal("shared lock refused")
+	}
+	if got := lockModes(t, k); !slices.Equal(got, []string{"ShareLock"}) {
+		t.Fatalf("after a grant of %v, the lock connections hold %v, want [ShareLock]", k, got)
+	}
+}
+
 func TestCloseReleases(t *testing.T) {
 	m := newManager(t)
 	s := m.NewSession(appDB, nil)

@@ -36,8 +36,13 @@ type lockConn struct {
 // connLocked returns the live connection, dialling one if needed (never
 // after the manager's Close). Call with lc.mu held.
 func (lc *lockConn) connLocked(ctx context.Context) (*pgx.Conn, error) {
-	if lc.c != nil && !lc.c.IsClosed() {
-		return lc.c, nil
+	if lc.c != nil {
+		if !lc.c.IsClosed() {
+			return lc.c, nil
+		}
+		// It died under an operation that has not called lost yet: its
+		// holds go before a new generation can take locks.
+		lc.deadLocked()
 	}
 	lc.db.m.mu.Lock()
 	closed := lc.db.m.closed
@@ -190,15 +195,27 @@ func (lc *lockConn) lost(gen uint64) {
 		lc.mu.Unlock()
 		return
 	}
-	c := lc.c
-	lc.c = nil
-	lc.live.Store(0)
-	close(lc.stop)
-	lc.db.connLost(lc.slot, gen) // takes the database's mutex: never held while waiting for lc.mu
+	c := lc.deadLocked()
 	lc.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = c.Close(ctx)
 	cancel()
+}
+
+// deadLocked ends the current generation, whose connection died: it is
+// marked dead (alive is false from now on) and the database drops every
+// hold on it before lc.mu is let go, so nothing dials a later generation
+// (or records a lock on it) while holds of this one remain. It returns the
+// connection for the caller to close. Call with lc.mu held and lc.c set;
+// it takes the database's mutex, which is never held while waiting for
+// lc.mu.
+func (lc *lockConn) deadLocked() *pgx.Conn {
+	c := lc.c
+	lc.c = nil
+	lc.live.Store(0)
+	close(lc.stop)
+	lc.db.connLost(lc.slot, lc.gen)
+	return c
 }
 
 // close ends the connection. Its locks are given back first, so they are

@@ -50,8 +50,11 @@
 //   - When a lock connection dies, every session that held a key on it is
 //     told once (the lost callback of NewSession) and loses those holds; its
 //     later calls fail with 08006. lockpool's proxy closes such a client, so
-//     it never believes it still holds a lock PostgreSQL has released. A
-//     lock is recorded only while its connection generation is alive
-//     (checked under the table's mutex), so no grant slips past a loss.
+//     it never believes it still holds a lock PostgreSQL has released. The
+//     loss is reported (and the table purged) before a replacement
+//     connection is dialled, by whichever operation or check finds the
+//     connection dead first; a lock is recorded only while its connection
+//     generation is alive (checked under the table's mutex), so no grant
+//     slips past a loss.
 //   - Session.Close releases everything the session held or waited for.
 package advisory
