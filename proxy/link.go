@@ -66,6 +66,7 @@ type serverLink struct {
 	waitCtx  context.Context    // the context of such waits, reused until a cancel request ends it
 	waitStop context.CancelFunc // ends waitCtx
 	waitCo   *evloop.Co         // the session's coroutine while it waits: woken when waitCtx ends (stopWaitLocked)
+	killErr  *pgError           // the FATAL of a kill (session.kill), set before it cancels the waits
 	// cancelling is closed when the cancel request in flight for the
 	// client's statement has been delivered to PostgreSQL (or failed); nil
 	// when none is. The session gives the connection back (or probes it)

@@ -660,8 +660,8 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.
 func (s *session) localError(pe *pgError, simple bool) error {
-	if s.killed != nil {
-		return s.killed // as in fail
+	if ke := s.killedBy(); ke != nil {
+		return ke // as in fail
 	}
 	buf := appendError(nil, 'E', pe)
 	if simple {
@@ -678,10 +678,10 @@ func (s *session) localError(pe *pgError, simple bool) error {
 // error is lockpool's own; otherwise the server raises it, so that the
 // server's transaction fails with it.
 func (s *session) fail(pe *pgError, simple bool) error {
-	if s.killed != nil {
+	if ke := s.killedBy(); ke != nil {
 		// A kill ended the wait that failed (it cancels waits in
 		// lockpool): its FATAL is the answer, not the cancel's error.
-		return s.killed
+		return ke
 	}
 	if s.link.sc == nil {
 		return s.localError(pe, simple)
@@ -1047,14 +1047,32 @@ func (s *session) drain() {
 func (s *session) kill(pe *pgError) {
 	s.link.mu.Lock()
 	l := s.link.loop
+	fatal := pe.Fatal()
+	if s.link.killErr == nil {
+		// Set before the waits are cancelled: a wait that ends now
+		// answers with this FATAL, not with the cancel's 57014, even
+		// before the posted interrupt has run (killedBy).
+		s.link.killErr = fatal
+	}
 	if l == nil {
 		s.out.end(nil, pe)
 	} else {
-		fatal := pe.Fatal()
 		l.Post(func() { s.interrupt(fatal) })
 	}
 	s.link.mu.Unlock()
 	s.stopWait() // a wait in lockpool (offloaded: a held-lock wait) ends too
+}
+
+// killedBy returns the FATAL of a kill of the session, or nil: the one the
+// loop delivered, or one on its way (a kill cancels the session's waits at
+// once and posts its interrupt to the loop).
+func (s *session) killedBy() *pgError {
+	if s.killed != nil {
+		return s.killed
+	}
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	return s.link.killErr
 }
 
 // cleanup runs when the session ends, however it ends.
