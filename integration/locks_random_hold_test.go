@@ -66,6 +66,15 @@ type lkhClient struct {
 	held   map[int64][2][]*testenv.LockHold // by mode: 0 exclusive, 1 shared
 	killer *lkhKiller
 	since  time.Time // when this connection was made
+	trail  []string  // the last operations, for the report of an unexpected error
+}
+
+// trace notes an operation in the client's trail.
+func (c *lkhClient) trace(format string, args ...any) {
+	if len(c.trail) == 12 {
+		c.trail = c.trail[1:]
+	}
+	c.trail = append(c.trail, time.Now().Format("05.000000 ")+fmt.Sprintf(format, args...))
 }
 
 func (c *lkhClient) connect() error {
@@ -88,6 +97,16 @@ func (c *lkhClient) lostLock(err error) bool {
 		return false
 	}
 	return sqlState(err) == "08006" || c.conn.IsClosed()
+}
+
+// failedAt is when the hold of a lock call that failed with err ends: now,
+// or, when err ended the session (lostLock), within the grace period, as for
+// any session that ended: the call may have been granted just before.
+func (c *lkhClient) failedAt(err error) time.Time {
+	if c.lostLock(err) {
+		return time.Now().Add(lkhGrace)
+	}
+	return time.Now()
 }
 
 // forgetLost ends a session lockpool closed for a lost lock connection:
@@ -155,7 +174,7 @@ func (c *lkhClient) unexpected(op string, err error) {
 		c.forgetLost()
 		return
 	}
-	c.r.failf("client %d (direct %v): %s: unexpected error %v", c.id, c.direct, op, err)
+	c.r.failf("client %d (direct %v): %s: unexpected error %v; its last operations:\n%s", c.id, c.direct, op, err, strings.Join(c.trail, "\n"))
 	c.disconnect(false)
 	if err := c.connect(); err != nil {
 		c.r.failf("client %d: reconnect: %v", c.id, err)
@@ -175,9 +194,11 @@ func (c *lkhClient) opTry(ctx context.Context, m int) {
 	}
 	iv := c.r.log.Open(c.id, key)
 	var ok bool
-	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1)", c.mode(), key).Scan(&ok)
+	mode := c.mode()
+	c.trace("%s(%d) %v", fn, key, mode)
+	err := c.conn.QueryRow(ctx, "SELECT "+fn+"($1)", mode, key).Scan(&ok)
 	if err != nil {
-		c.r.log.Close(iv, time.Now())
+		c.r.log.Close(iv, c.failedAt(err))
 		c.unexpected(fn, err)
 		return
 	}
@@ -202,7 +223,7 @@ func (c *lkhClient) opLock(ctx context.Context) {
 	if local {
 		var tx pgx.Tx
 		if tx, err = c.conn.Begin(ctx); err != nil {
-			c.r.log.Close(iv, time.Now())
+			c.r.log.Close(iv, c.failedAt(err))
 			c.unexpected("BEGIN", err)
 			return
 		}
@@ -243,7 +264,7 @@ func (c *lkhClient) opLock(ctx context.Context) {
 		}
 		c.r.log.Close(iv, time.Now())
 	default:
-		c.r.log.Close(iv, time.Now())
+		c.r.log.Close(iv, c.failedAt(err))
 		c.unexpected("pg_advisory_lock", err)
 	}
 }
@@ -308,7 +329,9 @@ func (c *lkhClient) opXact(ctx context.Context) {
 	}()
 	var ok bool
 	var pid int32
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid); err != nil {
+	mode := c.mode()
+	c.trace("xact lock %d %v", key, mode)
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()", mode, key).Scan(&ok, &pid); err != nil {
 		_ = tx.Rollback(ctx)
 		c.unexpected("xact lock", err)
 		return
@@ -322,13 +345,14 @@ func (c *lkhClient) opXact(ctx context.Context) {
 	end = time.Now()
 }
 
-// opBatch sends two to five try-locks, unlocks and plain statements in one
-// pipeline (pgx's batch: one Sync), with the connection's default exec mode:
-// lockpool answers the held calls in their places among the server's
-// replies, and each result must be what the client's holds say, in order.
+// opBatch sends two to five try-locks, unlocks, unlock_alls and plain
+// statements in one pipeline (pgx's batch: one Sync), with the
+// connection's default exec mode: lockpool answers the held calls in their
+// places among the server's replies, and each result must be what the
+// client's holds say, in order.
 func (c *lkhClient) opBatch(ctx context.Context) {
 	type item struct {
-		op   int // 0 try-lock, 1 unlock, 2 plain statement
+		op   int // 0 try-lock, 1 unlock, 2 plain statement, 3 unlock_all
 		m    int // mode: 0 exclusive, 1 shared
 		key  int64
 		fn   string
@@ -338,7 +362,7 @@ func (c *lkhClient) opBatch(ctx context.Context) {
 	var items []*item
 	b := &pgx.Batch{}
 	for n := 2 + c.rng.Intn(4); len(items) < n; {
-		it := &item{op: c.rng.Intn(3), m: c.rng.Intn(2)}
+		it := &item{op: c.rng.Intn(7) % 4, m: c.rng.Intn(2)} // unlock_all 1 in 7
 		base, kn := int64(lkhExclBase), lkhExclN
 		if it.m == 1 {
 			base, kn = lkhShBase, lkhShN
@@ -360,18 +384,25 @@ func (c *lkhClient) opBatch(ctx context.Context) {
 				}
 			}
 			b.Queue("SELECT "+it.fn+"($1)", it.key)
-		default:
+		case 2:
 			it.want = int32(c.rng.Intn(1000))
 			b.Queue("SELECT $1::int4", it.want)
+		default:
+			b.Queue("SELECT pg_advisory_unlock_all()")
 		}
 		items = append(items, it)
 	}
+	var sqls []string
+	for _, q := range b.QueuedQueries {
+		sqls = append(sqls, fmt.Sprintf("%s %v", q.SQL, q.Arguments))
+	}
+	c.trace("batch %q", sqls)
 	br := c.conn.SendBatch(ctx, b)
 	var err error
 	for i, it := range items {
 		if err != nil {
 			if it.iv != nil {
-				c.r.log.Close(it.iv, time.Now())
+				c.r.log.Close(it.iv, c.failedAt(err))
 			}
 			continue
 		}
@@ -379,7 +410,7 @@ func (c *lkhClient) opBatch(ctx context.Context) {
 		case 0:
 			var ok bool
 			if err = br.QueryRow().Scan(&ok); err != nil {
-				c.r.log.Close(it.iv, time.Now())
+				c.r.log.Close(it.iv, c.failedAt(err))
 				continue
 			}
 			c.r.count(fmt.Sprintf("batch %s=%v", it.fn, ok))
@@ -403,7 +434,7 @@ func (c *lkhClient) opBatch(ctx context.Context) {
 			if ok && c.count(it.key, it.m) > 0 {
 				c.pop(it.key, it.m, time.Now())
 			}
-		default:
+		case 2:
 			var v int32
 			if err = br.QueryRow().Scan(&v); err != nil {
 				continue
@@ -411,6 +442,12 @@ func (c *lkhClient) opBatch(ctx context.Context) {
 			if v != it.want {
 				c.r.failf("client %d (direct %v): batch item %d: SELECT %d returned %d (a reply out of place)", c.id, c.direct, i, it.want, v)
 			}
+		default:
+			if _, err = br.Exec(); err != nil {
+				continue
+			}
+			c.r.count("batch pg_advisory_unlock_all")
+			c.dropAll(time.Now())
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -432,6 +469,7 @@ func (c *lkhClient) step() {
 	defer cancel()
 	holding := len(c.held) > 0
 	p := c.rng.Intn(100)
+	c.trace("step p=%d holding=%v backend pid %d", p, holding, c.conn.PgConn().PID())
 	switch {
 	case holding && p < 25, !holding && p < 5:
 		c.opUnlock(ctx, 0)
@@ -483,7 +521,7 @@ func TestLocksRandomizedHold(t *testing.T) {
 		if g := l.Pinned(lkhApp, ""); g != 0 {
 			r.failf("checker: lockpool_pinned_sessions = %v under hold", g)
 		}
-		r.checkSample(func(ctx context.Context) ([]lkrLock, error) { return lkhRows(ctx, checkSU) },
+		r.checkSample(func(ctx context.Context) ([]lkrLock, error) { return k.alive(lkhRows(ctx, checkSU)) },
 			func(x lkrLock) uint32 {
 				if x.lockConn {
 					return lkhLockConnPID
@@ -532,6 +570,7 @@ type lkhKiller struct {
 	mu    sync.Mutex // held while terminating; a barrier holds it to pause the killer
 	kills atomic.Int64
 	last  atomic.Int64 // when the last termination began (Unix nanoseconds)
+	dead  sync.Map     // backend pids terminated: a lock there is on its way out
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -551,6 +590,21 @@ func (k *lkhKiller) run() {
 		k.killOne()
 		k.mu.Unlock()
 	}
+}
+
+// alive drops the locks of terminated backends from rows: a terminated
+// backend holds its locks until it has exited, and lockpool may have taken
+// one there for a client it then told of the loss (or whose call failed).
+// A client that believes it holds a lock there is still caught, by a
+// barrier.
+func (k *lkhKiller) alive(rows []lkrLock, err error) ([]lkrLock, error) {
+	out := rows[:0]
+	for _, x := range rows {
+		if _, dead := k.dead.Load(x.pid); !dead {
+			out = append(out, x)
+		}
+	}
+	return out, err
 }
 
 // killedSince reports whether a termination began after t.
@@ -584,6 +638,7 @@ func (k *lkhKiller) killOne() {
 	// Noted first: a client whose session ends for it sees the time.
 	k.last.Store(time.Now().UnixNano())
 	k.kills.Add(1)
+	k.dead.Store(pid, true)
 	if _, err := k.su.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid)); err != nil {
 		k.r.failf("killer: terminate %d: %v", pid, err)
 	}
@@ -720,6 +775,13 @@ func lkhBarrier(t *testing.T, r *lkrRun, su *pgx.Conn, clients []*lkhClient, whe
 		for _, s := range bad {
 			r.failf("%s: %s", when, s)
 		}
+		// What lockpool believes, and which lock connections PostgreSQL has.
+		_, debug := r.l.get("/debug/locks")
+		var conns []string
+		if err := su.QueryRow(ctx, "SELECT array_agg(pid || ' since ' || backend_start::time) FROM pg_stat_activity WHERE application_name = $1", advisory.ApplicationName).Scan(&conns); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: /debug/locks: %s\nlock connections (all lockpools): %v", when, debug, conns)
 	}
 	// /debug/locks agrees with the lockpool clients' beliefs.
 	n := 0
