@@ -427,7 +427,12 @@ func (s *session) readTimeouts() ([2]string, bool) {
 	if err := s.link.to(linkProbing); err != nil {
 		return v, false
 	}
-	defer func() { _ = s.link.to(linkAttached) }()
+	inStep := false
+	defer func() {
+		if inStep {
+			_ = s.link.to(linkAttached)
+		} // else the link stays probing: cleanup destroys the connection (see safePoint)
+	}()
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
@@ -444,6 +449,7 @@ func (s *session) readTimeouts() ([2]string, bool) {
 			})
 		}
 	})
+	inStep = err == nil
 	return v, ok && err == nil
 }
 

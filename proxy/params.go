@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -325,7 +325,7 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 	err := readUntilReady(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
-			perr = errors.New(pgerr.FromBody(body).Message)
+			perr = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
 		case 'S':
 			k, rest, ok := wire.CString(body)
 			if ok {

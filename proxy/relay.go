@@ -104,6 +104,13 @@ func (s *session) pump() error {
 
 var errServerProtocol = errors.New("server sent an unexpected message")
 
+// errRefused marks the failure of one of lockpool's own exchanges with a
+// server connection (probe, read-back) that the server answered with an
+// ErrorResponse and completed with ReadyForQuery: the connection is still
+// in step with its replies. Any other failure of such an exchange leaves
+// replies unread, and the connection must not be reused.
+var errRefused = errors.New("the server refused lockpool's statement")
+
 // onServerMessage relays one server message and advances the reply queue.
 // body is valid only during the call.
 func (s *session) onServerMessage(typ byte, body []byte) error {
@@ -367,6 +374,16 @@ func (s *session) safePoint() error {
 		if err != nil {
 			if isConnError(err) {
 				return s.serverLost(err)
+			}
+			if !errors.Is(err, errRefused) {
+				// The exchange stopped half way (a kill's interrupt
+				// ended its read): the connection's replies are out of
+				// step. The link stays probing, so cleanup destroys the
+				// connection instead of giving it to the next client.
+				if ke := s.killedBy(); ke != nil {
+					return ke
+				}
+				return err
 			}
 			if probe {
 				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
@@ -647,7 +664,7 @@ func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 		case 'D':
 			row = append(row[:0], body...)
 		case 'E':
-			perr = errors.New("probe failed: " + pgerr.FromBody(body).Message)
+			perr = fmt.Errorf("%w: probe failed: %s", errRefused, pgerr.FromBody(body).Message)
 		}
 	})
 	if err != nil {

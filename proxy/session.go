@@ -1083,7 +1083,10 @@ func (s *session) cleanup() {
 	s.link.mu.Unlock()
 	sc := s.link.sc
 	lost := s.link.state == linkLost
-	clean := !lost && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal
+	// A link left probing is one whose own exchange with the server (probe,
+	// read-back) stopped half way: replies are unread, so it is not clean.
+	midExchange := s.link.state == linkProbing
+	clean := !lost && !midExchange && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal
 	busy := s.q.server > 0 || s.unsynced
 	_ = s.link.to(linkClosing)
 	s.link.detach()
