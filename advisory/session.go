@@ -173,11 +173,9 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 			return false, pgerr.Newf(pgerr.ConnectionFailure, "Retry; lockpool's log has the details.", "advisory lock operation failed: %v", err)
 		}
 		if ok {
-			if (ks.pg[0] || ks.pg[1]) && ks.gen != gen {
-				// Older locks of this key died with their connection
-				// meanwhile; connLost dropped them.
-				ks.pg = [2]bool{}
-			}
+			// Any flags already set are of gen too: a dead generation's
+			// flags are cleared (deadLocked) before the next one is
+			// dialled, and a grant is recorded only while gen is alive.
 			ks.pg[mode] = true
 			ks.gen = gen
 			d.grantLocked(ks, s, mode)
