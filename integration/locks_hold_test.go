@@ -289,6 +289,56 @@ func TestHoldWaitEnds(t *testing.T) {
 	})
 }
 
+// TestHoldTransactionBackendGone: a blocking held call inside a
+// transaction block reads the block's lock_timeout from the client's
+// server connection; when that backend was terminated, the call must end
+// the session with a FATAL and take no lock (the transaction is gone; a
+// grant would outlive it, and the next statement would read a stale reply).
+func TestHoldTransactionBackendGone(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd9", "app", 2, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	tests := []struct {
+		name string
+		cfg  func(*pgx.ConnConfig)
+	}{
+		{"simple", hdSimple},
+		{"extended", func(*pgx.ConnConfig) {}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := int64(9900 + i)
+			c := l.connectCfg(t, "app", "appdb", tt.cfg)
+			lkMustExec(t, c, "BEGIN")
+			lkMustExec(t, c, "SET LOCAL lock_timeout = 5000")
+			var pid int32
+			if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if !lkMustBool(t, su, "SELECT pg_terminate_backend($1, 5000)", pid) {
+				t.Fatalf("backend %d not terminated", pid)
+			}
+			// The server's own FATAL (57P01) when the call's Describe
+			// went to the terminated backend, else lockpool's 08006.
+			_, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Severity != "FATAL" || pe.Code != "08006" && pe.Code != "57P01" {
+				t.Fatalf("held call = %v, want FATAL 08006 or 57P01", err)
+			}
+			if !c.IsClosed() {
+				t.Fatal("client still open")
+			}
+			if hs := hdLockConnHolders(t, su, lkKey1(k)); len(hs) != 0 {
+				t.Fatalf("lockpool holds key %d for a client whose transaction is gone: %v", k, hs)
+			}
+			if l.metric("lockpool_advisory_locks_held", map[string]string{"app": "hd9"}) != 0 {
+				t.Fatal("lockpool_advisory_locks_held not 0")
+			}
+		})
+	}
+}
+
 func TestHoldCancelRequestAnswers57014(t *testing.T) {
 	t.Parallel()
 	l := startLockpool(t, 10, "", lkApp("hd6", "app", 2, 1, "hold", "5s"))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -340,7 +341,10 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 		s.offload(func() { result, warn, err = hs.Unlock(key, mode) })
 	default:
 		try := call.Func.Try()
-		lim := s.lockLimits()
+		lim, lerr := s.lockLimits()
+		if lerr != nil {
+			return nil, lerr
+		}
 		start := time.Now()
 		s.offload(func() { result, err = hs.Lock(ctx, key, mode, try, lim) })
 		if !try && s.app.hold != nil {
@@ -408,49 +412,60 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 
 // lockLimits are the client's lock_timeout and statement_timeout as it set
 // them: its session values, or inside a transaction block the values in
-// force there (SET LOCAL included), read from its server connection.
-func (s *session) lockLimits() advisory.Limits {
+// force there (SET LOCAL included), read from its server connection. A
+// read that does not complete cleanly ends the session (a FATAL): the
+// connection's replies would be out of step, or lockpool's statement would
+// have failed the client's transaction behind its back.
+func (s *session) lockLimits() (advisory.Limits, *pgError) {
 	lt, st := s.params.vals["lock_timeout"], s.params.vals["statement_timeout"]
 	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
-		if v, ok := s.readTimeouts(); ok {
-			lt, st = v[0], v[1]
+		v, err := s.readTimeouts()
+		if err != nil {
+			return advisory.Limits{}, s.exchangeBroken(err)
 		}
+		lt, st = v[0], v[1]
 	}
-	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}
+	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}, nil
 }
 
 // readTimeouts asks the client's server connection, idle inside the
-// client's transaction block, for lock_timeout and statement_timeout.
-func (s *session) readTimeouts() ([2]string, bool) {
+// client's transaction block, for lock_timeout and statement_timeout. Any
+// error leaves the link probing (cleanup destroys the connection).
+func (s *session) readTimeouts() ([2]string, error) {
 	var v [2]string
 	sc := s.link.sc
 	if err := s.link.to(linkProbing); err != nil {
-		return v, false
+		return v, err
 	}
-	inStep := false
-	defer func() {
-		if inStep {
-			_ = s.link.to(linkAttached)
-		} // else the link stays probing: cleanup destroys the connection (see safePoint)
-	}()
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
-		return v, false
+		return v, err
 	}
-	ok := false
+	rows := 0
+	var refused error
 	err := readUntilReady(sc, func(typ byte, body []byte) {
-		if typ == 'D' {
+		switch typ {
+		case 'D':
+			rows++
 			dataRowColumns(body, func(i int, b []byte, null bool) {
 				if i < 2 && !null {
 					v[i] = string(b)
-					ok = true
 				}
 			})
+		case 'E':
+			refused = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
 		}
 	})
-	inStep = err == nil
-	return v, ok && err == nil
+	switch {
+	case err != nil:
+		return v, err
+	case refused != nil:
+		return v, refused // the client's transaction failed with it
+	case rows != 1:
+		return v, fmt.Errorf("%w: %d rows for lock_timeout and statement_timeout", errServerProtocol, rows)
+	}
+	return v, s.link.to(linkAttached)
 }
 
 // gucDuration parses a time setting as PostgreSQL shows or accepts it

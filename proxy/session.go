@@ -1075,6 +1075,22 @@ func (s *session) killedBy() *pgError {
 	return s.link.killErr
 }
 
+// exchangeBroken ends the session after one of lockpool's own exchanges
+// with the client's server connection, inside the client's transaction
+// block, did not complete cleanly: with the kill's FATAL when a kill ended
+// it, otherwise as a lost server connection (08006; the connection is
+// destroyed and the client's transaction is gone).
+func (s *session) exchangeBroken(err error) *pgError {
+	if ke := s.killedBy(); ke != nil {
+		return ke
+	}
+	var pe *pgError
+	if errors.As(s.serverLost(err), &pe) && pe.IsFatal() {
+		return pe
+	}
+	return pgerr.ConnectionLost(s.pinned || s.slot != nil).Fatal()
+}
+
 // cleanup runs when the session ends, however it ends.
 func (s *session) cleanup() {
 	s.srv.unregister(s)
