@@ -50,6 +50,16 @@ func hdLockConnHolders(t testing.TB, su *pgx.Conn, k lkKey) []uint32 {
 // hdSimple makes a client use the simple protocol.
 func hdSimple(c *pgx.ConnConfig) { c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol }
 
+// hdProtocols are the client protocols the held-lock tests run in: pgx's
+// simple protocol and its default (extended, statements prepared).
+var hdProtocols = []struct {
+	name string
+	edit func(*pgx.ConnConfig)
+}{
+	{"simple", hdSimple},
+	{"extended", func(*pgx.ConnConfig) {}},
+}
+
 func TestHoldAnswersCalls(t *testing.T) {
 	t.Parallel()
 	const app = "hd1"
@@ -59,14 +69,7 @@ func TestHoldAnswersCalls(t *testing.T) {
 	if err := su.QueryRow(context.Background(), "SELECT hashtext('job-x')").Scan(&h); err != nil {
 		t.Fatal(err)
 	}
-	protocols := []struct {
-		name string
-		edit func(*pgx.ConnConfig)
-	}{
-		{"simple", hdSimple},
-		{"extended", func(*pgx.ConnConfig) {}},
-	}
-	for pi, proto := range protocols {
+	for pi, proto := range hdProtocols {
 		tests := []struct {
 			name, lock, unlock string
 			args               []any
@@ -298,18 +301,11 @@ func TestHoldTransactionBackendGone(t *testing.T) {
 	t.Parallel()
 	l := startLockpool(t, 10, "", lkApp("hd9", "app", 2, 1, "hold", "5s"))
 	su := superConn(t, "appdb")
-	tests := []struct {
-		name string
-		cfg  func(*pgx.ConnConfig)
-	}{
-		{"simple", hdSimple},
-		{"extended", func(*pgx.ConnConfig) {}},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for i, proto := range hdProtocols {
+		t.Run(proto.name, func(t *testing.T) {
 			ctx := context.Background()
 			k := int64(9900 + i)
-			c := l.connectCfg(t, "app", "appdb", tt.cfg)
+			c := l.connectCfg(t, "app", "appdb", proto.edit)
 			lkMustExec(t, c, "BEGIN")
 			lkMustExec(t, c, "SET LOCAL lock_timeout = 5000")
 			var pid int32
