@@ -389,13 +389,84 @@ func TestUpgradeAheadOfWaiter(t *testing.T) {
 	}
 }
 
+// TestNewSharedHolderQueuesBehindDirectWaiter: while lockpool holds a key
+// shared and a direct session waits for it exclusively, a session that
+// holds nothing of the key is refused (try) or queued behind the waiter
+// (blocking), as PostgreSQL answers a new session; a session that holds it
+// shared already stacks at once, as PostgreSQL grants a holder.
+func TestNewSharedHolderQueuesBehindDirectWaiter(t *testing.T) {
+	m := newManager(t)
+	k := OneKey(330)
+	a, b := m.NewSession(appDB, nil), m.NewSession(appDB, nil)
+	defer a.Close()
+	defer b.Close()
+	d, w := direct(t), direct(t)
+	if !mustLock(t, a, k, Shared, true) {
+		t.Fatal("shared try refused on a free key")
+	}
+	granted := directWaiter(t, w, k)
+	if directTry(t, d, k, Shared) {
+		t.Fatal("PostgreSQL granted a new session's shared request ahead of the waiter")
+	}
+	if ok, err := b.Lock(context.Background(), k, Shared, true, Limits{}); ok || err != nil {
+		t.Fatalf("a new holder's try = %v, %v; want false, as PostgreSQL's", ok, err)
+	}
+	if !mustLock(t, a, k, Shared, true) {
+		t.Fatal("a holder's shared request refused (PostgreSQL grants it)")
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Lock(context.Background(), k, Shared, false, Limits{})
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "b waits behind a remote session", func() bool {
+		for _, c := range m.Snapshot() {
+			if c.Waiting != nil && c.Waiting.Behind == "remote" {
+				return true
+			}
+		}
+		return false
+	})
+	mustUnlock(t, a, k, Shared)
+	mustUnlock(t, a, k, Shared)
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the direct waiter was not granted the key after a's last unlock")
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("b was granted while the direct session holds the key exclusively (%v)", err)
+	default:
+	}
+	directUnlockAll(t, w)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b was not granted after the direct session let the key go")
+	}
+	if got := lockModes(t, k); !slices.Equal(got, []string{"ShareLock"}) {
+		t.Fatalf("lock connection holds %v, want [ShareLock]", got)
+	}
+}
+
 // directWaiter starts a blocking pg_advisory_lock(k) on the direct session
 // w and returns once PostgreSQL shows it waiting; the channel gets its end.
 func directWaiter(t *testing.T, w *pgx.Conn, k Key) <-chan error {
 	t.Helper()
 	granted := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done }) // before w is closed: a failed test leaves no call running on it
 	go func() {
-		_, err := w.Exec(context.Background(), pgSQL("pg_advisory_lock", k))
+		defer close(done)
+		_, err := w.Exec(ctx, pgSQL("pg_advisory_lock", k))
 		granted <- err
 	}()
 	eventually(t, 5*time.Second, "direct session waiting", func() bool { return waiting(t, k, w.PgConn().PID()) })

@@ -19,7 +19,10 @@
 //     re-enter each other's locks) are decided here, with PostgreSQL's
 //     rules: shared locks are compatible with each other, an exclusive lock
 //     with nothing held by another session; a session never conflicts with
-//     itself; holds stack and each unlock undoes one.
+//     itself; holds stack and each unlock undoes one. A session that holds
+//     nothing of a key joins the home connection's shared hold only when
+//     pg_locks shows no session waiting for the key exclusively, as
+//     PostgreSQL queues a new session's shared request behind such a waiter.
 //   - Waiting. A blocked acquire waits in lockpool, holding no connection:
 //     behind a local holder in the key's queue (first come, first served, as
 //     in PostgreSQL), behind a remote holder by retrying the try-lock form on

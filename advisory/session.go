@@ -138,7 +138,11 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 			}
 			continue
 		}
-		if ks.pg[mode] || (mode == Shared && ks.pg[Exclusive]) {
+		// join: the home connection holds the key shared and s holds
+		// nothing of it; PostgreSQL is asked whether anyone waits for it
+		// exclusively first (pgJoinShared).
+		join := mode == Shared && ks.pg[Shared] && ks.holders[s] == nil
+		if !join && (ks.pg[mode] || (mode == Shared && ks.pg[Exclusive])) {
 			d.grantLocked(ks, s, mode)
 			return true, nil
 		}
@@ -151,9 +155,12 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 		d.mu.Unlock()
 		var ok bool
 		var gen uint64
-		if upgrade {
+		switch {
+		case join:
+			ok, gen, err = d.pgJoinShared(ks)
+		case upgrade:
 			ok, gen, err = d.pgUpgrade(ks)
-		} else {
+		default:
 			ok, gen, err = d.pgBool(ks, fn)
 		}
 		d.mu.Lock()
@@ -164,6 +171,12 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 			// has run (or runs next) without this key: PostgreSQL has
 			// released it.
 			err = errConnLost
+		}
+		if err == nil && ok && join && (!ks.pg[Shared] || ks.gen != gen) {
+			// The shared lock went with a connection that died before
+			// the question was asked: start again.
+			d.tidyLocked(ks)
+			continue
 		}
 		if err != nil {
 			d.tidyLocked(ks)
@@ -181,6 +194,9 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 			d.grantLocked(ks, s, mode)
 			return true, nil
 		}
+		// Refused: a holder outside lockpool, or (join) a session outside
+		// waiting for the key exclusively, which a new shared request
+		// queues behind in PostgreSQL.
 		if try {
 			d.tidyLocked(ks)
 			return false, nil

@@ -206,19 +206,40 @@ func pgSQL(fn string, k Key) string { return "SELECT pg_catalog." + fn + "(" + k
 // pgBool runs an advisory function for the key on its home connection and
 // reports its boolean result (true for the void pg_advisory_lock_shared).
 func (d *database) pgBool(ks *keyState, fn string) (bool, uint64, error) {
+	ok, gen, err := d.homeBool(ks, pgSQL(fn, ks.key))
+	if fn == fnDowngrade && err == nil {
+		return true, gen, nil
+	}
+	return ok, gen, err
+}
+
+// homeBool runs a one-column statement on the key's home connection and
+// reports whether it returned true.
+func (d *database) homeBool(ks *keyState, sql string) (bool, uint64, error) {
 	ctx, cancel := opContext()
 	defer cancel()
-	row, gen, err := d.conns[ks.home].query(ctx, pgSQL(fn, ks.key), nil, nil, nil)
+	row, gen, err := d.conns[ks.home].query(ctx, sql, nil, nil, nil)
 	if err != nil {
 		return false, gen, err
 	}
 	if len(row) != 1 {
-		return false, gen, fmt.Errorf("advisory: %s returned %d columns", fn, len(row))
-	}
-	if fn == fnDowngrade {
-		return true, gen, nil
+		return false, gen, fmt.Errorf("advisory: %q returned %d columns", sql, len(row))
 	}
 	return string(row[0]) == "t", gen, nil
+}
+
+// pgJoinShared reports whether a session that holds nothing of the key may
+// join the shared hold the home connection has: whether no other session
+// waits for the key exclusively. PostgreSQL queues a new shared request
+// behind such a waiter (it conflicts with the waiter's request), where the
+// home connection's own request would be granted at once; so lockpool asks
+// pg_locks before it grants a new holder from its table.
+func (d *database) pgJoinShared(ks *keyState) (bool, uint64, error) {
+	classid, objid, objsubid := ks.key.ClassObj()
+	return d.homeBool(ks, fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks"+
+		" WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'"+
+		" AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())"+
+		" AND classid = '%d'::pg_catalog.oid AND objid = '%d'::pg_catalog.oid AND objsubid = %d)", classid, objid, objsubid))
 }
 
 // pgUpgrade takes the exclusive lock on a key the home connection holds
