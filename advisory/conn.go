@@ -67,43 +67,20 @@ func (lc *lockConn) connLocked(ctx context.Context) (*pgx.Conn, error) {
 	return c, nil
 }
 
-// query runs sql (text results) on the connection and returns the first
-// row's values (nil for NULL). A connection error closes the connection
-// and reports the loss to the database.
-func (lc *lockConn) query(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, uint64, error) {
-	lc.mu.Lock()
-	c, err := lc.connLocked(ctx)
-	if err != nil {
-		lc.mu.Unlock()
-		return nil, 0, err
-	}
-	gen := lc.gen
-	res := c.PgConn().ExecParams(ctx, sql, params, oids, formats, nil).Read()
-	var row [][]byte
-	if res.Err == nil && len(res.Rows) > 0 {
-		row = res.Rows[0]
-	}
-	dead := res.Err != nil && (c.PgConn().IsClosed() || isConnError(res.Err))
-	lc.mu.Unlock()
-	if dead {
-		lc.lost(gen)
-		return nil, gen, fmt.Errorf("%w: %v", errConnLost, res.Err)
-	}
-	return row, gen, res.Err
-}
-
-// simple runs sql (one or more statements, simple protocol) on the
-// connection. A connection error closes the connection and reports the
-// loss to the database.
-func (lc *lockConn) simple(ctx context.Context, sql string) (uint64, error) {
+// run runs op on the live connection, dialling one if needed; the
+// connection's mutex serialises it with every other statement. An error
+// that closed the connection (or is not a server's statement error)
+// reports the loss to the database and comes back wrapped in errConnLost.
+// gen is the connection generation op ran on (0: none could be had).
+func (lc *lockConn) run(ctx context.Context, op func(c *pgconn.PgConn) error) (gen uint64, err error) {
 	lc.mu.Lock()
 	c, err := lc.connLocked(ctx)
 	if err != nil {
 		lc.mu.Unlock()
 		return 0, err
 	}
-	gen := lc.gen
-	_, err = c.PgConn().Exec(ctx, sql).ReadAll()
+	gen = lc.gen
+	err = op(c.PgConn())
 	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
 	lc.mu.Unlock()
 	if dead {
@@ -113,36 +90,46 @@ func (lc *lockConn) simple(ctx context.Context, sql string) (uint64, error) {
 	return gen, err
 }
 
+// query runs sql (text results) on the connection and returns the first
+// row's values (nil for NULL).
+func (lc *lockConn) query(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, uint64, error) {
+	var row [][]byte
+	gen, err := lc.run(ctx, func(c *pgconn.PgConn) error {
+		res := c.ExecParams(ctx, sql, params, oids, formats, nil).Read()
+		if res.Err == nil && len(res.Rows) > 0 {
+			row = res.Rows[0]
+		}
+		return res.Err
+	})
+	return row, gen, err
+}
+
+// simple runs sql (one or more statements, simple protocol) on the
+// connection.
+func (lc *lockConn) simple(ctx context.Context, sql string) (uint64, error) {
+	return lc.run(ctx, func(c *pgconn.PgConn) error {
+		_, err := c.Exec(ctx, sql).ReadAll()
+		return err
+	})
+}
+
 // eval runs a key evaluation (text results) and, in the same round trip,
 // pg_advisory_unlock_all(), so that whatever the client's expression did
 // to advisory locks does not stay on the connection. It returns the first
 // row's values (nil for NULL).
 func (lc *lockConn) eval(ctx context.Context, sql string, params [][]byte, oids []uint32, formats []int16) ([][]byte, error) {
-	lc.mu.Lock()
-	c, err := lc.connLocked(ctx)
-	if err != nil {
-		lc.mu.Unlock()
-		return nil, err
-	}
-	gen := lc.gen
-	b := &pgconn.Batch{}
-	b.ExecParams(sql, params, oids, formats, nil)
-	b.ExecParams("SELECT pg_catalog.pg_advisory_unlock_all()", nil, nil, nil, nil)
-	res, err := c.PgConn().ExecBatch(ctx, b).ReadAll()
 	var row [][]byte
-	if err == nil && len(res) > 0 && res[0].Err == nil && len(res[0].Rows) > 0 {
-		row = res[0].Rows[0]
-	}
-	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
-	lc.mu.Unlock()
-	if dead {
-		lc.lost(gen)
-		return nil, fmt.Errorf("%w: %v", errConnLost, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return row, nil
+	_, err := lc.run(ctx, func(c *pgconn.PgConn) error {
+		b := &pgconn.Batch{}
+		b.ExecParams(sql, params, oids, formats, nil)
+		b.ExecParams("SELECT pg_catalog.pg_advisory_unlock_all()", nil, nil, nil, nil)
+		res, err := c.ExecBatch(ctx, b).ReadAll()
+		if err == nil && len(res) > 0 && res[0].Err == nil && len(res[0].Rows) > 0 {
+			row = res[0].Rows[0]
+		}
+		return err
+	})
+	return row, err
 }
 
 // isConnError reports an error that is not a server's statement error.
@@ -261,22 +248,13 @@ func (lc *lockConn) backendPID() uint32 {
 // paramTypes prepares sql (unnamed) on the connection and returns the
 // parameter types PostgreSQL resolved.
 func (lc *lockConn) paramTypes(ctx context.Context, sql string, declared []uint32) ([]uint32, error) {
-	lc.mu.Lock()
-	c, err := lc.connLocked(ctx)
-	if err != nil {
-		lc.mu.Unlock()
-		return nil, err
-	}
-	gen := lc.gen
-	sd, err := c.PgConn().Prepare(ctx, "", sql, declared)
-	dead := err != nil && (c.PgConn().IsClosed() || isConnError(err))
-	lc.mu.Unlock()
-	if dead {
-		lc.lost(gen)
-		return nil, fmt.Errorf("%w: %v", errConnLost, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return sd.ParamOIDs, nil
+	var oids []uint32
+	_, err := lc.run(ctx, func(c *pgconn.PgConn) error {
+		sd, err := c.Prepare(ctx, "", sql, declared)
+		if err == nil {
+			oids = sd.ParamOIDs
+		}
+		return err
+	})
+	return oids, err
 }

@@ -382,16 +382,7 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 	case sh.void:
 		val = []byte{} // void: an empty value, in both formats
 	case sh.oid == oidBool:
-		switch {
-		case bin && v:
-			val = []byte{1}
-		case bin:
-			val = []byte{0}
-		case v:
-			val = []byte{'t'}
-		default:
-			val = []byte{'f'}
-		}
+		val = boolValue(bin, v)
 	case sh.oid == oidInt4:
 		n := uint32(0)
 		if v {

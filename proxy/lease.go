@@ -369,16 +369,7 @@ func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []by
 				val = strconv.AppendInt(nil, x, 10)
 			}
 		case bool:
-			switch {
-			case bin && x:
-				val = []byte{1}
-			case bin:
-				val = []byte{0}
-			case x:
-				val = []byte{'t'}
-			default:
-				val = []byte{'f'}
-			}
+			val = boolValue(bin, x)
 		case time.Time:
 			if bin {
 				val = binary.BigEndian.AppendUint64(nil, uint64(x.Sub(pgEpoch).Microseconds()))
