@@ -2,15 +2,23 @@ package advisory
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
@@ -44,8 +52,37 @@ func newManager(t *testing.T, edit ...func(*Options)) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(func() {
+		// Every session the test opened is closed by now: nothing of
+		// them may stay in a lock table.
+		if left := tableLeftovers(m); len(left) > 0 && !t.Failed() {
+			t.Errorf("lock table not empty after the test:\n%s", strings.Join(left, "\n"))
+		}
+		m.Close()
+	})
 	return m
+}
+
+// tableLeftovers describes every key and session left in m's lock tables.
+func tableLeftovers(m *Manager) []string {
+	m.mu.Lock()
+	dbs := make([]*database, 0, len(m.dbs))
+	for _, d := range m.dbs {
+		dbs = append(dbs, d)
+	}
+	m.mu.Unlock()
+	var out []string
+	for _, d := range dbs {
+		d.mu.Lock()
+		for k, ks := range d.table {
+			out = append(out, fmt.Sprintf("%s: key %s: %d holders, %d waiters, pg %v, busy %v", d.name, k, len(ks.holders), len(ks.waiters), ks.pg, ks.busy))
+		}
+		for s := range d.sessions {
+			out = append(out, fmt.Sprintf("%s: %v still recorded", d.name, s))
+		}
+		d.mu.Unlock()
+	}
+	return out
 }
 
 // direct is a superuser session on appdb, not through the manager (this
@@ -1016,4 +1053,312 @@ func TestParamKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRandomizedTable runs lockpool sessions and two direct sessions
+// against a few keys at once — try and blocking locks in both modes,
+// stacking, unlocks of held and unheld keys, unlock_all, lock_timeout,
+// cancels, deadlocks among the sessions, sessions closed and opened — and
+// checks with an oracle: no two holders (lockpool's or direct) ever hold a
+// key in conflicting modes, every unlock's answer is what the session's
+// own record of its holds says, and after the run nothing is left in
+// PostgreSQL or in the lock table (newManager's cleanup).
+// LOCKPOOL_TABLE_SEED replays a run.
+func TestRandomizedTable(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("LOCKPOOL_TABLE_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("seed %d (LOCKPOOL_TABLE_SEED)", seed)
+	m := newManager(t)
+	const (
+		sessions = 6
+		keyBase  = 940
+		keyN     = 4
+		run      = 2 * time.Second
+	)
+	o := &tableOracle{held: map[Key]map[string][2]int{}}
+	stop := time.Now().Add(run)
+	var wg sync.WaitGroup
+	var ops, errs sync.Map // op name -> *atomic.Int64
+	count := func(mp *sync.Map, name string) {
+		v, _ := mp.LoadOrStore(name, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}
+	for i := 0; i < sessions; i++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed + int64(id)))
+			name := fmt.Sprintf("session %d", id)
+			s := m.NewSession(appDB, nil)
+			mine := map[Key][2]int{}
+			defer func() { o.forgetAll(name, mine); s.Close() }()
+			for time.Now().Before(stop) && !t.Failed() {
+				k := OneKey(int64(keyBase + rng.Intn(keyN)))
+				mode := Mode(rng.Intn(2))
+				switch r := rng.Intn(20); {
+				case r < 8: // lock
+					try := rng.Intn(2) == 0
+					ctx, cancel := context.WithCancel(context.Background())
+					if rng.Intn(5) == 0 {
+						time.AfterFunc(time.Duration(rng.Intn(30))*time.Millisecond, cancel)
+					}
+					lim := Limits{LockTimeout: time.Duration(10+rng.Intn(60)) * time.Millisecond, DeadlockTimeout: 20 * time.Millisecond}
+					ok, err := s.Lock(ctx, k, mode, try, lim)
+					cancel()
+					o.note("%s lock %s %v try %v = %v %v", name, k, mode, try, ok, err)
+					switch {
+					case err != nil:
+						if c := code(err); c != pgerr.LockNotAvailable && c != pgerr.QueryCanceled && c != pgerr.DeadlockDetected {
+							t.Errorf("%s: Lock(%v, %v, try %v): %v", name, k, mode, try, err)
+						}
+						count(&errs, code(err))
+					case ok:
+						h := mine[k]
+						h[mode]++
+						mine[k] = h
+						o.add(t, name, k, mode)
+						count(&ops, fmt.Sprintf("lock %v try %v", mode, try))
+					case !try:
+						t.Errorf("%s: blocking Lock(%v, %v) = false with no error", name, k, mode)
+					}
+				case r < 15: // unlock, mostly of a key held
+					if rng.Intn(4) != 0 {
+						k, mode = pickHeld(rng, mine, k, mode)
+					}
+					h := mine[k]
+					if h[mode] > 0 {
+						o.remove(name, k, mode) // before PostgreSQL can give the key to anyone else
+					}
+					ok, _, err := s.Unlock(k, mode)
+					o.note("%s unlock %s %v = %v %v", name, k, mode, ok, err)
+					if err != nil {
+						t.Errorf("%s: Unlock(%v, %v): %v", name, k, mode, err)
+						continue
+					}
+					if ok != (h[mode] > 0) {
+						t.Errorf("%s: Unlock(%v, %v) = %v, but it holds it %d times", name, k, mode, ok, h[mode])
+					}
+					if ok {
+						h[mode]--
+						mine[k] = h
+					}
+					count(&ops, fmt.Sprintf("unlock %v = %v", mode, ok))
+				case r < 17:
+					o.forgetAll(name, mine)
+					o.note("%s unlock_all %v", name, mine)
+					if err := s.UnlockAll(); err != nil {
+						t.Errorf("%s: UnlockAll: %v", name, err)
+					}
+					mine = map[Key][2]int{}
+					count(&ops, "unlock_all")
+				case r < 18:
+					o.forgetAll(name, mine)
+					o.note("%s close %v", name, mine)
+					s.Close()
+					s, mine = m.NewSession(appDB, nil), map[Key][2]int{}
+					count(&ops, "close")
+				default:
+					time.Sleep(time.Duration(rng.Intn(5)) * time.Millisecond)
+				}
+			}
+		}(i)
+	}
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		c := direct(t)
+		go func(id int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed - int64(id) - 1))
+			name := fmt.Sprintf("direct %d", id)
+			mine := map[Key][2]int{}
+			var trail []string
+			ctx := context.Background()
+			defer func() {
+				o.forgetAll(name, mine)
+				_, _ = c.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+			}()
+			if _, err := c.Exec(ctx, "SET lock_timeout = 40"); err != nil {
+				t.Error(err)
+				return
+			}
+			for time.Now().Before(stop) && !t.Failed() {
+				k := OneKey(int64(keyBase + rng.Intn(keyN)))
+				mode := Mode(rng.Intn(2))
+				r := rng.Intn(10)
+				if r >= 4 {
+					k, mode = pickHeld(rng, mine, k, mode)
+				}
+				suffix := ""
+				if mode == Shared {
+					suffix = "_shared"
+				}
+				h := mine[k]
+				trail = append(trail, fmt.Sprintf("%d:%v:%v", r, k, mode))
+				switch {
+				case r < 2: // try
+					var ok bool
+					if err := c.QueryRow(ctx, pgSQL("pg_try_advisory_lock"+suffix, k)).Scan(&ok); err != nil {
+						t.Errorf("%s: %v", name, err)
+						return
+					}
+					if ok {
+						if !directHolds(t, c, k, mode) {
+							t.Errorf("%s: try %v %v true but pg_locks disagrees", name, k, mode)
+						}
+						h[mode]++
+						mine[k] = h
+						o.add(t, name, k, mode)
+					}
+				case r < 4: // blocking, bounded by lock_timeout
+					_, err := c.Exec(ctx, pgSQL("pg_advisory_lock"+suffix, k))
+					var pe *pgconn.PgError
+					if err != nil && (!errors.As(err, &pe) || pe.Code != pgerr.LockNotAvailable && pe.Code != pgerr.DeadlockDetected) {
+						t.Errorf("%s: %v", name, err)
+						return
+					}
+					if err != nil && !directHolds(t, c, k, mode) {
+						continue // timed out or a deadlock victim (PostgreSQL may grant it as the timeout fires: asked)
+					}
+					h[mode]++
+					mine[k] = h
+					o.add(t, name, k, mode)
+				default:
+					if h[mode] == 0 {
+						continue
+					}
+					o.remove(name, k, mode)
+					var ok bool
+					if err := c.QueryRow(ctx, pgSQL("pg_advisory_unlock"+suffix, k)).Scan(&ok); err != nil || !ok {
+						t.Errorf("%s: unlock of a held key (%v %v) = %v, %v; holds %v; last operations (r:key:mode) %v", name, k, mode, ok, err, mine, trail)
+						return
+					}
+					h[mode]--
+					mine[k] = h
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	for i := 0; i < keyN; i++ {
+		if got := lockModes(t, OneKey(int64(keyBase+i))); len(got) > 0 {
+			t.Errorf("key %d: lock connections still hold %v after every session closed", keyBase+i, got)
+		}
+	}
+	var summary []string
+	for _, mp := range []*sync.Map{&ops, &errs} {
+		mp.Range(func(k, v any) bool {
+			summary = append(summary, fmt.Sprintf("%v=%d", k, v.(*atomic.Int64).Load()))
+			return true
+		})
+	}
+	slices.Sort(summary)
+	t.Logf("%s", strings.Join(summary, " "))
+}
+
+// tableOracle is what every holder of TestRandomizedTable believes it
+// holds. A holder adds a hold after its call returned and removes it
+// before its unlock runs, so a conflict between two entries is a conflict
+// in PostgreSQL or in lockpool's table.
+type tableOracle struct {
+	mu   sync.Mutex
+	held map[Key]map[string][2]int
+	log  []string // the last operations, for a violation's report
+}
+
+// note records an operation's outcome.
+func (o *tableOracle) note(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.log = append(o.log, time.Now().Format("05.000000")+" "+fmt.Sprintf(format, args...))
+	if len(o.log) > 400 {
+		o.log = o.log[200:]
+	}
+}
+
+func (o *tableOracle) add(t *testing.T, who string, k Key, mode Mode) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	hs := o.held[k]
+	if hs == nil {
+		hs = map[string][2]int{}
+		o.held[k] = hs
+	}
+	for other, h := range hs {
+		if other != who && (h[Exclusive] > 0 || mode == Exclusive && h[Shared] > 0) {
+			var last []string
+			for _, l := range o.log {
+				if strings.Contains(l, " "+k.String()+" ") || strings.Contains(l, k.String()+":") { // an operation, or a map of holds
+					last = append(last, l)
+				}
+			}
+			if len(last) > 60 {
+				last = last[len(last)-60:]
+			}
+			t.Errorf("%s got %v %v while %s holds it (exclusive %d, shared %d); the key's last operations:\n%s", who, k, mode, other, h[Exclusive], h[Shared], strings.Join(last, "\n"))
+		}
+	}
+	h := hs[who]
+	h[mode]++
+	hs[who] = h
+}
+
+func (o *tableOracle) remove(who string, k Key, mode Mode) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := o.held[k][who]
+	h[mode]--
+	o.held[k][who] = h
+}
+
+func (o *tableOracle) forgetAll(who string, mine map[Key][2]int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range mine {
+		delete(o.held[k], who)
+	}
+}
+
+// pickHeld returns one of the holds in mine at random, or k and mode when
+// there is none.
+func pickHeld(rng *rand.Rand, mine map[Key][2]int, k Key, mode Mode) (Key, Mode) {
+	type hold struct {
+		k Key
+		m Mode
+	}
+	var hs []hold
+	for hk, h := range mine {
+		for m := Exclusive; m <= Shared; m++ {
+			if h[m] > 0 {
+				hs = append(hs, hold{hk, m})
+			}
+		}
+	}
+	if len(hs) == 0 {
+		return k, mode
+	}
+	slices.SortFunc(hs, func(a, b hold) int { return cmp.Or(cmp.Compare(a.k.A, b.k.A), cmp.Compare(a.m, b.m)) })
+	h := hs[rng.Intn(len(hs))]
+	return h.k, h.m
+}
+
+// directHolds reports whether the direct session c holds k in mode.
+func directHolds(t *testing.T, c *pgx.Conn, k Key, mode Mode) bool {
+	t.Helper()
+	cls, obj, sub := k.ClassObj()
+	want := "ExclusiveLock"
+	if mode == Shared {
+		want = "ShareLock"
+	}
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND classid = $1 AND objid = $2 AND objsubid = $3 AND mode = $4 AND pid = pg_backend_pid()`, cls, obj, sub, want).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }

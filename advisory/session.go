@@ -183,6 +183,13 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 			if errors.Is(err, errConnLost) {
 				return false, errLost()
 			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == pgerr.DeadlockDetected {
+				// An upgrade's wait in PostgreSQL closed a cycle with
+				// sessions outside lockpool, and PostgreSQL chose it:
+				// the client's call is the victim, as its own would be.
+				return false, errDeadlock(key, mode)
+			}
 			return false, pgerr.Newf(pgerr.ConnectionFailure, "Retry; lockpool's log has the details.", "advisory lock operation failed: %v", err)
 		}
 		if ok {

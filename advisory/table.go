@@ -86,8 +86,13 @@ func (d *database) keyLocked(k Key) *keyState {
 	return ks
 }
 
-// tidyLocked forgets a key nobody holds, waits for or works on.
+// tidyLocked forgets a key nobody holds, waits for or works on. ks may be
+// stale (forgotten while its caller waited, and the key made anew since):
+// then there is nothing to forget.
 func (d *database) tidyLocked(ks *keyState) {
+	if d.table[ks.key] != ks {
+		return
+	}
 	if len(ks.holders) == 0 && len(ks.waiters) == 0 && !ks.busy && !ks.pg[0] && !ks.pg[1] {
 		delete(d.table, ks.key)
 	}
@@ -297,6 +302,12 @@ func (d *database) syncPGLocked(ks *keyState) {
 		d.mu.Unlock()
 		<-ch
 		d.mu.Lock()
+	}
+	if d.table[ks.key] != ks {
+		// Forgotten while this waited (another release synced it, with
+		// no PostgreSQL lock left): whatever the key is now is another
+		// keyState's.
+		return
 	}
 	// The steps, in order: each sets the flag of its mode to take.
 	type step struct {
