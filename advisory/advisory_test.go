@@ -863,6 +863,59 @@ func TestConnectionClosedBeforeReported(t *testing.T) {
 	}
 }
 
+// TestLockAfterConnectionDied: a lock call whose lock connection's backend
+// was terminated while it held nothing is carried out on a new connection;
+// the session, which held nothing there, is not told it lost anything (a
+// client holding nothing on a dead lock connection is not disconnected).
+func TestLockAfterConnectionDied(t *testing.T) {
+	m := newManager(t, func(o *Options) { o.WatchInterval = time.Hour }) // no watch: the call meets the dead connection
+	tests := []struct {
+		name string
+		key  Key
+		mode Mode
+		try  bool
+	}{
+		{"try exclusive", OneKey(350), Exclusive, true},
+		{"blocking exclusive", OneKey(351), Exclusive, false},
+		{"try shared", OneKey(352), Shared, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			told := make(chan struct{}, 1)
+			s := m.NewSession(appDB, func() { told <- struct{}{} })
+			defer s.Close()
+			if !mustLock(t, s, tt.key, tt.mode, true) {
+				t.Fatal("a free key refused")
+			}
+			mustUnlock(t, s, tt.key, tt.mode)
+			var n int
+			if err := direct(t).QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid, 5000))
+				FROM pg_stat_activity WHERE application_name = $1`, ApplicationName).Scan(&n); err != nil || n == 0 {
+				t.Fatalf("terminated %d lock connections: %v", n, err)
+			}
+			ok, err := s.Lock(context.Background(), tt.key, tt.mode, tt.try, Limits{})
+			if !ok || err != nil {
+				t.Fatalf("Lock after the connection died = %v, %v; want true", ok, err)
+			}
+			if s.Lost() {
+				t.Fatal("the session is marked lost")
+			}
+			select {
+			case <-told:
+				t.Fatal("the session was told it lost its locks; it held none")
+			default:
+			}
+			want := "ExclusiveLock"
+			if tt.mode == Shared {
+				want = "ShareLock"
+			}
+			if got := lockModes(t, tt.key); !slices.Equal(got, []string{want}) {
+				t.Fatalf("lock connections hold %v, want [%s]", got, want)
+			}
+		})
+	}
+}
+
 func TestCloseReleases(t *testing.T) {
 	m := newManager(t)
 	s := m.NewSession(appDB, nil)

@@ -38,6 +38,10 @@ type Limits struct {
 	DeadlockTimeout time.Duration
 }
 
+// maxLosses is how many lock connections may die under one Lock call
+// before it gives up with an error (each loss is retried on a new one).
+const maxLosses = 3
+
 // defaultDeadlockTimeout is PostgreSQL's default deadlock_timeout.
 const defaultDeadlockTimeout = time.Second
 
@@ -99,6 +103,7 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 		dt = defaultDeadlockTimeout
 	}
 	checkAt := time.Now().Add(dt) // the first deadlock check, as PostgreSQL's
+	losses := 0                   // lock connections that died under this call
 	d.mu.Lock()
 	defer func() {
 		if w != nil {
@@ -180,8 +185,14 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 		}
 		if err != nil {
 			d.tidyLocked(ks)
-			if errors.Is(err, errConnLost) {
-				return false, errLost()
+			if errors.Is(err, errConnLost) && losses < maxLosses {
+				// The lock connection died under this operation (after
+				// PostgreSQL granted it, perhaps). A session that held
+				// something there is told (s.lost, checked at the top);
+				// any other goes on with a new connection: a client that
+				// held nothing there is not disconnected.
+				losses++
+				continue
 			}
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == pgerr.DeadlockDetected {
