@@ -55,7 +55,7 @@ func newManager(t *testing.T, edit ...func(*Options)) *Manager {
 	t.Cleanup(func() {
 		// Every session the test opened is closed by now: nothing of
 		// them may stay in a lock table.
-		if left := tableLeftovers(m); len(left) > 0 && !t.Failed() {
+		if left := tableLeftovers(m); len(left) > 0 {
 			t.Errorf("lock table not empty after the test:\n%s", strings.Join(left, "\n"))
 		}
 		m.Close()

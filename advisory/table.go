@@ -240,11 +240,16 @@ func (d *database) homeBool(ks *keyState, sql string) (bool, uint64, error) {
 // home connection's own request would be granted at once; so lockpool asks
 // pg_locks before it grants a new holder from its table.
 func (d *database) pgJoinShared(ks *keyState) (bool, uint64, error) {
-	classid, objid, objsubid := ks.key.ClassObj()
-	return d.homeBool(ks, fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks"+
-		" WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'"+
+	return d.homeBool(ks, "SELECT NOT "+keyLocksSQL(ks.key, "NOT granted AND mode = 'ExclusiveLock'"))
+}
+
+// keyLocksSQL is an EXISTS over the key's rows in pg_locks (of the current
+// database) that also meet cond.
+func keyLocksSQL(k Key, cond string) string {
+	classid, objid, objsubid := k.ClassObj()
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND %s"+
 		" AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())"+
-		" AND classid = '%d'::pg_catalog.oid AND objid = '%d'::pg_catalog.oid AND objsubid = %d)", classid, objid, objsubid))
+		" AND classid = '%d'::pg_catalog.oid AND objid = '%d'::pg_catalog.oid AND objsubid = %d)", cond, classid, objid, objsubid)
 }
 
 // pgUpgrade takes the exclusive lock on a key the home connection holds
@@ -264,8 +269,21 @@ func (d *database) pgUpgrade(ks *keyState) (ok bool, gen uint64, err error) {
 		pgSQL("pg_advisory_lock", ks.key) + "; SET lock_timeout = 0"
 	gen, err = d.conns[ks.home].simple(ctx, sql)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgerr.LockNotAvailable {
-		return false, gen, nil
+	if errors.As(err, &pe) && (pe.Code == pgerr.LockNotAvailable || pe.Code == pgerr.QueryCanceled) {
+		// PostgreSQL may grant the lock in the instant the timeout fires
+		// and still end the statement with the timeout's error: the
+		// connection is asked what it holds.
+		held, hgen, herr := d.homeBool(ks, "SELECT "+keyLocksSQL(ks.key, "granted AND mode = 'ExclusiveLock' AND pid = pg_catalog.pg_backend_pid()"))
+		switch {
+		case herr != nil:
+			return false, hgen, herr
+		case hgen != gen:
+			return false, hgen, errConnLost
+		case held:
+			return true, gen, nil
+		case pe.Code == pgerr.LockNotAvailable:
+			return false, gen, nil
+		}
 	}
 	return err == nil, gen, err
 }

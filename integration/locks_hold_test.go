@@ -233,16 +233,18 @@ func TestHoldWaitEnds(t *testing.T) {
 	l := startLockpool(t, 10, "", lkApp("hd5", "app", 2, 1, "hold", "5s"))
 	su := superConn(t, "appdb")
 	tests := []struct {
-		name   string
-		setup  []string
-		cancel bool
-		code   string
-		msg    string
+		name     string
+		setup    []string
+		cancel   bool
+		code     string
+		msg      string
+		extended bool // pgx's default protocol (the call comes as Bind, Execute, Sync), else simple
 	}{
-		{"lock_timeout by SET", []string{"SET lock_timeout = '150ms'"}, false, "55P03", "canceling statement due to lock timeout"},
-		{"lock_timeout by SET LOCAL", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout"},
-		{"statement_timeout", []string{"SET statement_timeout = '150ms'"}, false, "57014", "canceling statement due to statement timeout"},
-		{"cancel request", nil, true, "57014", "canceling statement due to user request"},
+		{"lock_timeout by SET", []string{"SET lock_timeout = '150ms'"}, false, "55P03", "canceling statement due to lock timeout", false},
+		{"lock_timeout by SET LOCAL", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", false},
+		{"lock_timeout by SET LOCAL, extended", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", true},
+		{"statement_timeout", []string{"SET statement_timeout = '150ms'"}, false, "57014", "canceling statement due to statement timeout", false},
+		{"cancel request", nil, true, "57014", "canceling statement due to user request", false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,7 +253,11 @@ func TestHoldWaitEnds(t *testing.T) {
 				t.Fatal("direct try-lock false")
 			}
 			defer lkMustExec(t, su, "SELECT pg_advisory_unlock($1)", k)
-			c := l.connectCfg(t, "app", "appdb", hdSimple)
+			edit := hdSimple
+			if tt.extended {
+				edit = func(*pgx.ConnConfig) {}
+			}
+			c := l.connectCfg(t, "app", "appdb", edit)
 			for _, q := range tt.setup {
 				lkMustExec(t, c, q)
 			}
@@ -304,7 +310,7 @@ func TestHoldTransactionBackendGone(t *testing.T) {
 	for i, proto := range hdProtocols {
 		t.Run(proto.name, func(t *testing.T) {
 			ctx := context.Background()
-			k := int64(9900 + i)
+			k := int64(9950 + i) // 9901 and 9902 are TestHoldDeadlock's
 			c := l.connectCfg(t, "app", "appdb", proto.edit)
 			lkMustExec(t, c, "BEGIN")
 			lkMustExec(t, c, "SET LOCAL lock_timeout = 5000")
@@ -330,6 +336,11 @@ func TestHoldTransactionBackendGone(t *testing.T) {
 			}
 			if l.metric("lockpool_advisory_locks_held", map[string]string{"app": "hd9"}) != 0 {
 				t.Fatal("lockpool_advisory_locks_held not 0")
+			}
+			// No wait was even started (every blocking call is timed): the
+			// call ended at the read of lock_timeout.
+			if n := l.metric("lockpool_advisory_lock_wait_seconds", map[string]string{"app": "hd9"}); n != 0 {
+				t.Fatalf("%v blocking calls ran", n)
 			}
 		})
 	}
