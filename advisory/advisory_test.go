@@ -65,14 +65,8 @@ func newManager(t *testing.T, edit ...func(*Options)) *Manager {
 
 // tableLeftovers describes every key and session left in m's lock tables.
 func tableLeftovers(m *Manager) []string {
-	m.mu.Lock()
-	dbs := make([]*database, 0, len(m.dbs))
-	for _, d := range m.dbs {
-		dbs = append(dbs, d)
-	}
-	m.mu.Unlock()
 	var out []string
-	for _, d := range dbs {
+	for _, d := range m.databases() {
 		d.mu.Lock()
 		for k, ks := range d.table {
 			out = append(out, fmt.Sprintf("%s: key %s: %d holders, %d waiters, pg %v, busy %v", d.name, k, len(ks.holders), len(ks.waiters), ks.pg, ks.busy))

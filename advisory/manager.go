@@ -138,14 +138,21 @@ func (m *Manager) NewSession(database string, lost func()) *Session {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
+	m.mu.Unlock()
+	for _, d := range m.databases() {
+		d.close()
+	}
+}
+
+// databases lists the databases used so far.
+func (m *Manager) databases() []*database {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	dbs := make([]*database, 0, len(m.dbs))
 	for _, d := range m.dbs {
 		dbs = append(dbs, d)
 	}
-	m.mu.Unlock()
-	for _, d := range dbs {
-		d.close()
-	}
+	return dbs
 }
 
 // ClientLocks is one client session's entry in Snapshot.
@@ -175,14 +182,8 @@ type Waiting struct {
 
 // Snapshot lists every session that holds or waits for a lock.
 func (m *Manager) Snapshot() []ClientLocks {
-	m.mu.Lock()
-	dbs := make([]*database, 0, len(m.dbs))
-	for _, d := range m.dbs {
-		dbs = append(dbs, d)
-	}
-	m.mu.Unlock()
 	var out []ClientLocks
-	for _, d := range dbs {
+	for _, d := range m.databases() {
 		out = append(out, d.snapshot()...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Client < out[j].Client })
