@@ -11,6 +11,7 @@
 #   scripts/soak.sh                    # 10 minutes
 #   SOAK_MINUTES=2 scripts/soak.sh     # a short run
 #   scripts/soak.sh -keep -seed 42     # extra flags go to the program (see -h)
+#   scripts/soak.sh -advisory hold     # the lock clients under advisory_locks: hold
 #
 # Installs PostgreSQL with apt-get when pgbench or the server is missing.
 set -euo pipefail

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,14 +36,24 @@ type lockClient struct {
 	base
 	rng  *rand.Rand
 	held map[int64][]*testenv.LockHold
-	pid  uint32 // the pinned backend while held is not empty
+	pid  uint32 // the pinned backend while held is not empty (advisory_locks: pin)
+	// hold: the application runs advisory_locks: hold. The locks live on
+	// lockpool's lock connections, not on the client's backend (no pin, no
+	// pid to check), and lockpool's table decides conflicts among the
+	// clients: s.held checks that no two hold a key at once.
+	hold bool
 }
 
 var lockModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
 
 func newLockClient(s *soak, id int, seed int64) *lockClient {
-	c := &lockClient{rng: rand.New(rand.NewSource(seed)), held: map[int64][]*testenv.LockHold{}}
+	c := &lockClient{rng: rand.New(rand.NewSource(seed)), held: map[int64][]*testenv.LockHold{}, hold: s.o.advisory == "hold"}
 	c.base = base{s: s, kind: "lock", id: id}
+	if c.hold {
+		// Before the socket closes: lockpool may give the keys to another
+		// client as soon as it notices.
+		c.beforeKill = func() { s.held.forget(id) }
+	}
 	c.afterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		// A session setting: it must follow the client to every server
 		// connection (checked by verify).
@@ -53,6 +64,36 @@ func newLockClient(s *soak, id int, seed int64) *lockClient {
 }
 
 func (c *lockClient) mode() pgx.QueryExecMode { return lockModes[c.rng.Intn(len(lockModes))] }
+
+// call runs one advisory function (fn of key; pg_advisory_unlock_all takes
+// none) in a random protocol and returns its result (false for the void
+// functions) and the serving backend. Under pin the statement also asks
+// for pg_backend_pid(); under hold it is the call alone (anything more in
+// the statement is handled as under pin, a fallback) and pid is 0.
+func (c *lockClient) call(ctx context.Context, conn *pgx.Conn, fn string, key int64) (ok bool, pid int32, err error) {
+	void := fn == "pg_advisory_lock" || fn == "pg_advisory_unlock_all"
+	args := []any{c.mode()}
+	call := fn + "()"
+	switch {
+	case fn == "pg_advisory_unlock_all":
+	case c.hold:
+		call, args = fn+"($1)", append(args, key) // a key lockpool reads without a round trip
+	default:
+		call, args = fn+"($1::bigint)", append(args, key)
+	}
+	switch {
+	case c.hold && void:
+		_, err = conn.Exec(ctx, "SELECT "+call, args...)
+	case c.hold:
+		err = conn.QueryRow(ctx, "SELECT "+call, args...).Scan(&ok)
+	case void:
+		var s string
+		err = conn.QueryRow(ctx, "SELECT "+call+"::text, pg_backend_pid()", args...).Scan(&s, &pid)
+	default:
+		err = conn.QueryRow(ctx, "SELECT "+call+", pg_backend_pid()", args...).Scan(&ok, &pid)
+	}
+	return ok, pid, err
+}
 
 func (c *lockClient) heldKeys() []int64 {
 	var ks []int64
@@ -68,17 +109,36 @@ func (c *lockClient) heldKeys() []int64 {
 func (c *lockClient) pickKey() int64 { return lockKeyBase + int64(c.rng.Intn(lockKeyN)) }
 
 func (c *lockClient) push(key int64, iv *testenv.LockHold, pid uint32) {
-	if len(c.heldKeys()) > 0 && pid != c.pid {
-		c.s.violatef("lock", "%s: took %d on backend %d while pinned to backend %d", c.name(), key, pid, c.pid)
+	if c.hold {
+		c.took(key)
+	} else {
+		if len(c.heldKeys()) > 0 && pid != c.pid {
+			c.s.violatef("lock", "%s: took %d on backend %d while pinned to backend %d", c.name(), key, pid, c.pid)
+		}
+		c.pid = pid
+		c.s.locks.SetPID(iv, pid) // under hold the lock connection's pid is not the client's to know: any
 	}
-	c.pid = pid
-	c.s.locks.SetPID(iv, pid)
 	c.held[key] = append(c.held[key], iv)
 	c.holding.Store(true)
 }
 
+// took records, under hold, that the client got key: no other client may
+// hold it. A client killed since its call was answered records nothing
+// (the kill forgot its holds before the socket closed).
+func (c *lockClient) took(key int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.killedAt.Load() != 0 {
+		return
+	}
+	if other, ok := c.s.held.take(c.id, key); !ok {
+		c.s.violatef("lock", "%s: got %d while lock client %d holds it (advisory_locks: hold)", c.name(), key, other)
+	}
+}
+
 // dropAll forgets every lock, closing the intervals at `at`.
 func (c *lockClient) dropAll(at time.Time) {
+	c.s.held.forget(c.id)
 	for k, s := range c.held {
 		for _, iv := range s {
 			c.s.locks.Close(iv, at)
@@ -126,9 +186,7 @@ func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
 		key = ks[c.rng.Intn(len(ks))] // stack
 	}
 	iv := c.s.locks.Open(c.id, key)
-	var ok bool
-	var pid int32
-	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	ok, pid, err := c.call(ctx, conn, "pg_try_advisory_lock", key)
 	now := time.Now()
 	if err != nil {
 		c.failed("pg_try_advisory_lock", err, iv)
@@ -161,9 +219,7 @@ func (c *lockClient) opLock(ctx context.Context, conn *pgx.Conn) {
 		return
 	}
 	iv := c.s.locks.Open(c.id, key)
-	var s string
-	var pid int32
-	err := conn.QueryRow(ctx, "SELECT pg_advisory_lock($1::bigint)::text, pg_backend_pid()", c.mode(), key).Scan(&s, &pid)
+	_, pid, err := c.call(ctx, conn, "pg_advisory_lock", key)
 	switch {
 	case err == nil:
 		c.s.lockOps.Add(1)
@@ -197,9 +253,10 @@ func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
 	if ks := c.heldKeys(); len(ks) > 0 && c.rng.Intn(6) != 0 {
 		key = ks[c.rng.Intn(len(ks))]
 	}
-	var ok bool
-	var pid int32
-	err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1::bigint), pg_backend_pid()", c.mode(), key).Scan(&ok, &pid)
+	if len(c.held[key]) > 0 {
+		c.s.held.give(c.id, key) // before lockpool can give the key to another client
+	}
+	ok, pid, err := c.call(ctx, conn, "pg_advisory_unlock", key)
 	now := time.Now()
 	if err != nil {
 		c.failed("pg_advisory_unlock", err)
@@ -211,7 +268,7 @@ func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
 	if ok != holds {
 		c.s.violatef("lock", "%s: pg_advisory_unlock(%d) = %v on backend %d, but the client holds it %d times (pinned backend %d)", c.name(), key, ok, pid, len(c.held[key]), c.pid)
 	}
-	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+	if !c.hold && len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
 		c.s.violatef("lock", "%s: pg_advisory_unlock ran on backend %d while pinned to %d", c.name(), pid, c.pid)
 	}
 	if ok && holds {
@@ -229,16 +286,15 @@ func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
 }
 
 func (c *lockClient) opUnlockAll(ctx context.Context, conn *pgx.Conn) {
-	var s string
-	var pid int32
-	err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock_all()::text, pg_backend_pid()", c.mode()).Scan(&s, &pid)
+	c.s.held.forget(c.id)
+	_, pid, err := c.call(ctx, conn, "pg_advisory_unlock_all", 0)
 	if err != nil {
 		c.failed("pg_advisory_unlock_all", err)
 		return
 	}
 	c.s.lockOps.Add(1)
 	c.s.count("lock: pg_advisory_unlock_all")
-	if len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
+	if !c.hold && len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
 		c.s.violatef("lock", "%s: pg_advisory_unlock_all ran on backend %d while pinned to %d", c.name(), pid, c.pid)
 	}
 	c.dropAll(time.Now())
@@ -256,10 +312,13 @@ func (c *lockClient) opVerify(ctx context.Context, conn *pgx.Conn) {
 	}
 	c.s.count("lock: verify own locks")
 	want := c.heldKeys()
+	if c.hold {
+		want = nil // the client's backend holds none of them: lockpool's lock connections do
+	}
 	if !slices.Equal(keys, want) && !(len(keys) == 0 && len(want) == 0) {
 		c.s.violatef("lock", "%s: its backend %d holds %v, the client believes it holds %v (pinned backend %d)", c.name(), pid, keys, want, c.pid)
 	}
-	if len(want) > 0 && uint32(pid) != c.pid {
+	if !c.hold && len(want) > 0 && uint32(pid) != c.pid {
 		c.s.violatef("lock", "%s: served by backend %d while pinned to %d", c.name(), pid, c.pid)
 	}
 	if lt != lockTimeout {
@@ -295,6 +354,7 @@ func (c *lockClient) run() {
 // leave disconnects at the end (Terminate); lockpool has the grace to
 // release what the client held.
 func (c *lockClient) leave() {
+	c.s.held.forget(c.id) // before the Terminate: lockpool releases at once
 	if c.c() == nil {
 		c.dropAll(time.Now())
 		return
@@ -302,4 +362,60 @@ func (c *lockClient) leave() {
 	at := time.Now().Add(killGrace)
 	c.drop()
 	c.dropAll(at)
+}
+
+// exclusiveHolders is which lock client holds each key (stacked holds
+// counted), kept under advisory_locks: hold, where lockpool's own table
+// decides conflicts among its clients. A client records a key after its
+// lock call answered and gives it back before its unlock is sent (or
+// before its socket closes), so two clients recorded at once on a key
+// held it at once.
+type exclusiveHolders struct {
+	mu    sync.Mutex
+	byKey map[int64]map[int]int
+}
+
+func newExclusiveHolders() *exclusiveHolders {
+	return &exclusiveHolders{byKey: map[int64]map[int]int{}}
+}
+
+// take records one more hold of key by client; ok is false when another
+// client holds it (other).
+func (h *exclusiveHolders) take(client int, key int64) (other int, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hs := h.byKey[key]
+	if hs == nil {
+		hs = map[int]int{}
+		h.byKey[key] = hs
+	}
+	for o := range hs {
+		if o != client {
+			other, ok = o, false
+			hs[client]++
+			return other, ok
+		}
+	}
+	hs[client]++
+	return 0, true
+}
+
+// give records one hold of key fewer.
+func (h *exclusiveHolders) give(client int, key int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hs := h.byKey[key]; hs[client] > 1 {
+		hs[client]--
+	} else {
+		delete(hs, client)
+	}
+}
+
+// forget drops every hold of client.
+func (h *exclusiveHolders) forget(client int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hs := range h.byKey {
+		delete(hs, client)
+	}
 }

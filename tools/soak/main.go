@@ -12,7 +12,10 @@
 //   - lock churn: clients take pg_try_advisory_lock / pg_advisory_lock
 //     (bounded by the session's lock_timeout), stack, unlock and unlock_all
 //     on a small key space, keeping a model of what they hold and on which
-//     backend (every statement also returns pg_backend_pid());
+//     backend (every statement also returns pg_backend_pid()); with
+//     -advisory hold the application runs advisory_locks: hold, each
+//     statement is the call alone (so lockpool answers it), and the locks
+//     live on lockpool's lock connections;
 //   - lease churn: clients take lease_acquire(name, 3) on a few names and
 //     record each hold in a table (entry, fenced writes, exit);
 //   - plain transactions with a session application_name;
@@ -22,7 +25,9 @@
 //
 // A checker compares pg_locks with the clients' models every second: every
 // granted advisory lock must be held by a client that believes it holds that
-// key on that backend (a killed client's locks get a 2 s grace). Every 10 s a
+// key on that backend (a killed client's locks get a 2 s grace); under hold,
+// on a lock connection of lockpool's and no other backend, and no two lock
+// clients may hold a key at once (exclusiveHolders). Every 10 s a
 // sampler reads go_goroutines and lockpool_pinned_sessions from /metrics, the
 // open fds (/proc/<pid>/fd) and VmRSS of the lockpool process, and checks
 // from the lease table that no two holds of one name overlap and that tokens
@@ -73,6 +78,7 @@ type options struct {
 	lockpoolBin  string
 	keep         bool
 	inject       bool
+	advisory     string // the application's advisory_locks policy: pin or hold
 }
 
 func parseFlags() (*options, error) {
@@ -88,11 +94,15 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.checkEvery, "check", time.Second, "pg_locks invariant check interval")
 	flag.Int64Var(&o.seed, "seed", 0, "random seed (0 = from the clock)")
 	flag.StringVar(&o.lockpoolBin, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
+	flag.StringVar(&o.advisory, "advisory", "pin", "the application's advisory_locks policy, pin or hold (under hold the lock clients' locks live on lockpool's lock connections)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (config, lockpool.log)")
 	flag.BoolVar(&o.inject, "inject-faults", false, "self-test: halfway through, hold an advisory lock and write an overlapping lease hold behind lockpool's back (the run must FAIL)")
 	flag.Parse()
 	if o.minutes <= 0 {
 		return nil, fmt.Errorf("-minutes must be > 0")
+	}
+	if o.advisory != "pin" && o.advisory != "hold" {
+		return nil, fmt.Errorf("-advisory must be pin or hold")
 	}
 	if o.killMin <= 0 || o.killMax < o.killMin {
 		return nil, fmt.Errorf("need 0 < -kill-min <= -kill-max")
@@ -117,6 +127,9 @@ type soak struct {
 	abort    context.CancelFunc
 
 	locks *testenv.LockLog
+	// held is, under advisory_locks: hold, which lock client holds each
+	// key (lockpool's table decides among its clients: checked here).
+	held *exclusiveHolders
 
 	killerSU *pgx.Conn // the killer's superuser connection (lease kill marks)
 
@@ -230,7 +243,7 @@ func run() int {
 		return 2
 	}
 
-	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: testenv.NewLockLog(),
+	s := &soak{o: o, e: e, stopCh: make(chan struct{}), locks: testenv.NewLockLog(), held: newExclusiveHolders(),
 		counts: map[string]int64{}, violByKind: map[string]int64{}, reported: map[string]bool{}}
 	s.pgb.errCounts = map[string]int{}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
@@ -276,8 +289,8 @@ func run() int {
 	}
 
 	dur := time.Duration(o.minutes * float64(time.Minute))
-	logf("load for %v (seed %d): pgbench -S -c 8 -j 2, %d lock, %d lease, %d transaction clients, a kill every %v–%v",
-		dur, o.seed, o.lockClients, o.leaseClients, o.txnClients, o.killMin, o.killMax)
+	logf("load for %v (seed %d): pgbench -S -c 8 -j 2, %d lock (advisory_locks: %s), %d lease, %d transaction clients, a kill every %v–%v",
+		dur, o.seed, o.lockClients, o.advisory, o.leaseClients, o.txnClients, o.killMin, o.killMax)
 	s.start = time.Now()
 	end := s.start.Add(dur)
 

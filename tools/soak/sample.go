@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/testenv"
 	"github.com/lockpool/lockpool/lease"
 )
@@ -220,7 +221,14 @@ func (s *soak) checkLocks(su *pgx.Conn) error {
 		if x.sub == 1 && x.key == lease.MigrationLockKey {
 			continue
 		}
-		if x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN && s.locks.Explains(uint32(x.pid), x.key, qs, qe) {
+		soakKey := x.sub == 1 && x.key >= lockKeyBase && x.key < lockKeyBase+lockKeyN
+		if soakKey && s.o.advisory == "hold" && x.appNam != advisory.ApplicationName {
+			s.violateOnce("lock", fmt.Sprintf("lock %d %d %d", x.pid, x.key, x.sub),
+				"backend %d (application_name %q) holds advisory lock %d under advisory_locks: hold, where only lockpool's lock connections may",
+				x.pid, x.appNam, x.key)
+			continue
+		}
+		if soakKey && s.locks.Explains(uint32(x.pid), x.key, qs, qe) {
 			continue
 		}
 		s.violateOnce("lock", fmt.Sprintf("lock %d %d %d", x.pid, x.key, x.sub),

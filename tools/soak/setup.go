@@ -44,7 +44,7 @@ applications:
     pool_mode: transaction
     max_connections: %d
     max_pinned: %d
-    advisory_locks: pin
+    advisory_locks: %s
     session_state: pin
     wait_timeout: 5s
 leases:
@@ -86,7 +86,7 @@ func setup(ctx context.Context, o *options) (*env, error) {
 		User: soakUser, Password: soakPassword, DB: soakDB, PgbenchScale: pgbenchScal,
 		Config: func(port, adminPort, pgPort int) string {
 			return fmt.Sprintf(lockpoolConfig, port, adminPort, pgPort, soakUser, soakPassword,
-				soakApp, soakUser, soakDB, appBudget, appPinned)
+				soakApp, soakUser, soakDB, appBudget, appPinned, o.advisory)
 		},
 		Logf: logf,
 	})
