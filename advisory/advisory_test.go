@@ -910,6 +910,47 @@ func TestLockAfterConnectionDied(t *testing.T) {
 	}
 }
 
+// TestTryIgnoresLockTimeout: a try that finds lockpool's own work in
+// progress on its key (another call's statement, here one that takes
+// longer than the try's lock_timeout) waits for it and answers; it never
+// ends with 55P03, as PostgreSQL's try never waits for a lock.
+func TestTryIgnoresLockTimeout(t *testing.T) {
+	m := newManager(t)
+	s := m.NewSession(appDB, nil)
+	defer s.Close()
+	k := OneKey(360)
+	d, err := m.db(appDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	ks := d.keyLocked(k)
+	ks.busy = true // a statement of another call on the key is in flight
+	d.mu.Unlock()
+	type result struct {
+		ok  bool
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ok, err := s.Lock(context.Background(), k, Exclusive, true, Limits{LockTimeout: 20 * time.Millisecond})
+		got <- result{ok, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the other statement takes five times the try's lock_timeout
+	d.mu.Lock()
+	ks.busy = false
+	ks.broadcast()
+	d.mu.Unlock()
+	select {
+	case r := <-got:
+		if !r.ok || r.err != nil {
+			t.Fatalf("try = %v, %v; want true once the other statement ended", r.ok, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the try did not answer")
+	}
+}
+
 func TestCloseReleases(t *testing.T) {
 	m := newManager(t)
 	s := m.NewSession(appDB, nil)

@@ -88,11 +88,17 @@ func (s *Session) Lost() bool {
 // returns false when another session (of lockpool or not) holds a
 // conflicting lock. A blocking call waits until it gets the lock or ctx
 // ends (57014), or the limits do (55P03, 57014), or its wait closes a cycle
-// among lockpool's sessions (40P01). Errors are *pgerr.Error.
+// among lockpool's sessions (40P01). A try waits only for lockpool's own
+// work on the key (another call's statement on it): lock_timeout does not
+// apply to it, as PostgreSQL's try never waits for a lock. Errors are
+// *pgerr.Error.
 func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Limits) (bool, error) {
 	d, err := s.database()
 	if err != nil {
 		return false, err
+	}
+	if try {
+		lim.LockTimeout = 0
 	}
 	ctx, cancel := withLimits(ctx, lim)
 	defer cancel()
