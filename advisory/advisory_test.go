@@ -899,12 +899,8 @@ func TestLockAfterConnectionDied(t *testing.T) {
 				t.Fatal("the session was told it lost its locks; it held none")
 			default:
 			}
-			want := "ExclusiveLock"
-			if tt.mode == Shared {
-				want = "ShareLock"
-			}
-			if got := lockModes(t, tt.key); !slices.Equal(got, []string{want}) {
-				t.Fatalf("lock connections hold %v, want [%s]", got, want)
+			if got := lockModes(t, tt.key); !slices.Equal(got, []string{tt.mode.lockName()}) {
+				t.Fatalf("lock connections hold %v, want [%s]", got, tt.mode.lockName())
 			}
 		})
 	}
@@ -1438,10 +1434,7 @@ func pickHeld(rng *rand.Rand, mine map[Key][2]int, k Key, mode Mode) (Key, Mode)
 func directHolds(t *testing.T, c *pgx.Conn, k Key, mode Mode) bool {
 	t.Helper()
 	cls, obj, sub := k.ClassObj()
-	want := "ExclusiveLock"
-	if mode == Shared {
-		want = "ShareLock"
-	}
+	want := mode.lockName()
 	var n int
 	err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND classid = $1 AND objid = $2 AND objsubid = $3 AND mode = $4 AND pid = pg_backend_pid()`, cls, obj, sub, want).Scan(&n)

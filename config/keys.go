@@ -192,7 +192,7 @@ var keys = []key{
 			return &cfg.Applications[len(cfg.Applications)-1]
 		}},
 	{path: "applications[].name", kind: kindString, shown: "—",
-		meaning: "the budget's name (metrics label `app`)",
+		meaning: "the budget's name (metrics label `app`); unique, with no control characters",
 		at:      func(a any) any { return &a.(*Application).Name }},
 	{path: "applications[].user", kind: kindString, shown: "—",
 		meaning: "clients logging in as this user belong to this application",

@@ -106,8 +106,13 @@ func (p *parser) errorf(line int, format string, args ...any) {
 	if line < 1 {
 		line = 1
 	}
-	p.errs = append(p.errs, &Error{Path: p.path, Line: line, Msg: fmt.Sprintf(format, args...)})
+	// One error, one line: a value decoded with a line break (a folded or
+	// escaped YAML string) is shown escaped.
+	msg := lineBreaks.Replace(fmt.Sprintf(format, args...))
+	p.errs = append(p.errs, &Error{Path: p.path, Line: line, Msg: msg})
 }
+
+var lineBreaks = strings.NewReplacer("\n", `\n`, "\r", `\r`)
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 

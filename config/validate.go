@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 )
@@ -88,6 +89,8 @@ func (p *parser) validate(c *Config) {
 		switch {
 		case a.Name == "":
 			p.errorf(s.lineOf("name"), "%s: name is required", s.where)
+		case strings.ContainsFunc(a.Name, unicode.IsControl):
+			p.errorf(s.lineOf("name"), "%s: name %q has a control character (the name appears in logs, metric labels and SHOW output)", s.where, a.Name)
 		case appLine[a.Name] != 0:
 			p.errorf(s.lineOf("name"), "%s: application %q is already defined at line %d; application names must be unique", s.where, a.Name, appLine[a.Name])
 		default:
