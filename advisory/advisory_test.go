@@ -928,11 +928,14 @@ func TestTryIgnoresLockTimeout(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 1)
+	started := make(chan struct{})
 	go func() {
+		close(started)
 		ok, err := s.Lock(context.Background(), k, Exclusive, true, Limits{LockTimeout: 20 * time.Millisecond})
 		got <- result{ok, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // the other statement takes five times the try's lock_timeout
+	<-started
+	time.Sleep(100 * time.Millisecond) // the other statement's duration: five times the try's lock_timeout, from the try's start
 	d.mu.Lock()
 	ks.busy = false
 	ks.broadcast()
