@@ -189,20 +189,14 @@ func ModuleRoot() string {
 
 // BuildLockpool builds cmd/lockpool into the file out.
 func BuildLockpool(ctx context.Context, out string) error {
-	return BuildCommand(ctx, "./cmd/lockpool", out)
-}
-
-// BuildCommand builds the command pkg (a path relative to the module root,
-// such as ./tools/relayfloor) into the file out.
-func BuildCommand(ctx context.Context, pkg, out string) error {
 	root := ModuleRoot()
 	if root == "" {
-		return fmt.Errorf("building %s: no lockpool go.mod above the working directory", pkg)
+		return errors.New("building lockpool: no lockpool go.mod above the working directory")
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/lockpool")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build -o %s %s: %w\n%s", out, pkg, err, b)
+		return fmt.Errorf("go build -o %s ./cmd/lockpool: %w\n%s", out, err, b)
 	}
 	return nil
 }

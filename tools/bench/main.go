@@ -4,9 +4,7 @@
 // PgBouncer (when installed), all with the same server-connection budget, and
 // runs pgbench against direct PostgreSQL, lockpool and PgBouncer in turn
 // (direct → lockpool → PgBouncer for every row, so drift hits all three
-// alike). Rows with few clients also run against tools/relayfloor, a
-// byte relay that does the least a Go pooler can do per transaction: its
-// CPU per transaction is the floor lockpool's is compared with. It also measures pooler CPU per transaction (/proc/<pid>/stat),
+// alike). It also measures pooler CPU per transaction (/proc/<pid>/stat),
 // p50/p99 latency (pgbench -l logs), resident memory per idle client with
 // 10,000 idle authenticated clients, lease_acquire+lease_release pairs per
 // second from 50 sessions, and a mixed run with 20 % of the sessions pinned
@@ -55,7 +53,6 @@ type options struct {
 	pprofDir         string
 	keep             bool
 	lockpoolBy       string // path to a lockpool binary; "" builds one
-	relayMaxClients  int    // run tools/relayfloor in rows with at most this many clients (0: never)
 }
 
 // Report is what the JSON file holds.
@@ -99,7 +96,6 @@ type Settings struct {
 	PgBouncerConfig string   `json:"pgbouncer_config,omitempty"`
 	Scripts         []string `json:"scripts"`
 	Modes           []string `json:"modes"`
-	RelayMaxClients int      `json:"relay_max_clients"`
 }
 
 func main() {
@@ -129,7 +125,6 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
 	flag.StringVar(&o.lockpoolBy, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
-	flag.IntVar(&o.relayMaxClients, "relay-max-clients", 10, "also run tools/relayfloor (a byte relay in Go: the CPU floor of a Go pooler) in rows with at most this many clients (0: never)")
 	flag.Parse()
 	var err error
 	if o.clients, err = intList(clients); err != nil {

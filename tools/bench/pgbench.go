@@ -70,7 +70,7 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 				runs := map[string][]*Result{}
 				for round := 1; round <= o.rounds; round++ {
 					for _, t := range e.targets() {
-						if t.Name == "direct" && c > o.directMaxClients || t.Name == "relay" && c > o.relayMaxClients {
+						if t.Name == "direct" && c > o.directMaxClients {
 							continue // printed as n/a
 						}
 						if script == "tpcb" {

@@ -97,48 +97,10 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	tw.Flush()
-	printFloor(w, rep)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	printTargets(w, rep, idleLP)
-}
-
-// printFloor shows, for the rows tools/relayfloor ran in, its CPU and
-// context switches per transaction beside lockpool's and PgBouncer's: the
-// relay does nothing but copy bytes, so its CPU is the floor of a pooler
-// written in Go on this machine, and "lp − relay" is what lockpool's
-// protocol and pooling work cost per transaction.
-func printFloor(w io.Writer, rep *Report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	header := false
-	for _, r := range rep.Rows {
-		re, lp, pb := r.Results["relay"], r.Results["lockpool"], r.Results["pgbouncer"]
-		if !ok(re) || re.CPUPer1000Txn < 0 {
-			continue
-		}
-		if !header {
-			fmt.Fprintln(w, "\nrelay floor (tools/relayfloor: a byte relay in Go, one server connection per client):")
-			fmt.Fprintln(tw, "workload\trelay tps\tcpu µs/txn relay / lp / pgb\tlp − relay µs\tpgb/relay\tswitches/txn relay / lp / pgb\t")
-			header = true
-		}
-		cpu := func(x *Result) float64 { return x.CPUPer1000Txn * 1000 }
-		diff, pbq := "n/a", "n/a"
-		if ok(lp) && lp.CPUPer1000Txn >= 0 {
-			diff = fmt.Sprintf("%.1f", cpu(lp)-cpu(re))
-		}
-		if ok(pb) && pb.CPUPer1000Txn > 0 {
-			pbq = fmt.Sprintf("%.2f", cpu(pb)/cpu(re))
-		}
-		sw := func(x *Result) string {
-			if !ok(x) || x.SwitchesPerTxn < 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2f", x.SwitchesPerTxn)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f / %s\t%s\t%s\t%s / %s / %s\t\n", r.label(), tps(re), cpu(re), cpuPair(lp, pb), diff, pbq, sw(re), sw(lp), sw(pb))
-	}
-	tw.Flush()
 }
 
 // printTargets checks lockpool's performance targets against this run:

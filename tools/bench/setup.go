@@ -24,7 +24,7 @@ const (
 
 // target is one place pgbench connects to.
 type target struct {
-	Name string // direct, lockpool, pgbouncer, relay
+	Name string // direct, lockpool, pgbouncer
 	Host string
 	Port int
 	Proc *testenv.Process // nil for direct
@@ -33,24 +33,20 @@ type target struct {
 }
 
 // env is everything the run uses: the stack (PostgreSQL and the lockpool
-// process), PgBouncer, the relay floor, and the targets.
+// process), PgBouncer, and the three targets.
 type env struct {
 	*testenv.Stack
 	work      string
 	direct    *target
 	lockpool  *target
 	pgbouncer *target
-	relay     *target // tools/relayfloor; nil with -relay-max-clients 0
-	pgbFail   string  // why PgBouncer is missing
+	pgbFail   string // why PgBouncer is missing
 }
 
 func (e *env) targets() []*target {
 	t := []*target{e.direct, e.lockpool}
 	if e.pgbouncer != nil {
 		t = append(t, e.pgbouncer)
-	}
-	if e.relay != nil {
-		t = append(t, e.relay)
 	}
 	return t
 }
@@ -66,9 +62,6 @@ func (e *env) poolers() []*target {
 func (e *env) close() {
 	if e.pgbouncer != nil {
 		_ = e.pgbouncer.Proc.Stop(10 * time.Second)
-	}
-	if e.relay != nil {
-		_ = e.relay.Proc.Stop(10 * time.Second)
 	}
 	if e.Stack != nil {
 		e.Stack.Close()
@@ -135,13 +128,6 @@ func setup(o *options, work string, rep *Report) (*env, error) {
 		DurationSec: o.duration, Rounds: o.rounds, Threads: 2, Clients: o.clients, Scale: o.scale,
 		Budget: o.budget, MaxPinned: o.maxPinned, DirectMaxConn: o.directMax,
 		LockpoolConfig: e.Config, Scripts: o.scripts, Modes: o.modes,
-		RelayMaxClients: o.relayMaxClients,
-	}
-	if o.relayMaxClients > 0 {
-		if e.relay, err = startRelay(ctx, e); err != nil {
-			return e, fmt.Errorf("relayfloor: %w", err)
-		}
-		logf("relayfloor pid %d on port %d", e.relay.Proc.PID(), e.relay.Port)
 	}
 
 	// PgBouncer
@@ -165,33 +151,6 @@ func setup(o *options, work string, rep *Report) (*env, error) {
 	e.pgbouncer = t
 	logf("PgBouncer pid %d on port %d", t.Proc.PID(), t.Port)
 	return e, nil
-}
-
-// startRelay builds and starts tools/relayfloor in front of the cluster.
-func startRelay(ctx context.Context, e *env) (*target, error) {
-	dir := filepath.Join(e.work, "relayfloor")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	bin := filepath.Join(dir, "relayfloor")
-	if err := testenv.BuildCommand(ctx, "./tools/relayfloor", bin); err != nil {
-		return nil, err
-	}
-	port, err := testenv.UnusedPort()
-	if err != nil {
-		return nil, err
-	}
-	p, err := testenv.StartLogged(dir, "relayfloor", nil, bin,
-		"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-server", fmt.Sprintf("127.0.0.1:%d", e.Cluster.Port))
-	if err != nil {
-		return nil, err
-	}
-	t := &target{Name: "relay", Host: "127.0.0.1", Port: port, Proc: p}
-	if err := testenv.WaitReady(ctx, p, t.dsn()); err != nil {
-		_ = p.Stop(10 * time.Second)
-		return nil, fmt.Errorf("%w\n%s", err, p.LogTail(3000))
-	}
-	return t, nil
 }
 
 func startPgBouncer(ctx context.Context, o *options, e *env, bin string) (*target, string, error) {
