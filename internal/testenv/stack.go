@@ -42,7 +42,10 @@ type Stack struct {
 	AdminURL string // lockpool's admin listener, http://127.0.0.1:port
 	Config   string // the YAML lockpool runs with
 
-	o StackOptions
+	o        StackOptions
+	bin      string // the lockpool binary
+	confPath string // Config's file
+	restarts int
 }
 
 // StartStack starts a cluster (internal/pgtest) with o.User, o.DB and the
@@ -109,14 +112,37 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if err := os.WriteFile(confPath, []byte(s.Config), 0o600); err != nil {
 		return s, err
 	}
-	if s.Lockpool, err = StartLogged(o.Dir, "lockpool", nil, bin, "-config", confPath); err != nil {
+	s.bin, s.confPath = bin, confPath
+	if err := s.startLockpool(ctx, "lockpool"); err != nil {
 		return s, err
-	}
-	if err := WaitReady(ctx, s.Lockpool, s.DSN()); err != nil {
-		return s, fmt.Errorf("lockpool: %w\n%s", err, s.Lockpool.LogTail(3000))
 	}
 	logf("lockpool pid %d on port %d (admin %s)", s.Lockpool.PID(), s.Port, s.AdminURL)
 	return s, nil
+}
+
+func (s *Stack) startLockpool(ctx context.Context, name string) error {
+	var err error
+	if s.Lockpool, err = StartLogged(s.o.Dir, name, nil, s.bin, "-config", s.confPath); err != nil {
+		return err
+	}
+	if err := WaitReady(ctx, s.Lockpool, s.DSN()); err != nil {
+		return fmt.Errorf("lockpool: %w\n%s", err, s.Lockpool.LogTail(3000))
+	}
+	return nil
+}
+
+// RestartLockpool stops lockpool (SIGTERM, killed after 10 s) and starts a
+// fresh process of the same binary and configuration, on the same ports
+// (its log is lockpool-N.log for the Nth restart), and waits until a client
+// can log in through it.
+func (s *Stack) RestartLockpool(ctx context.Context) error {
+	if s.Lockpool.Alive() {
+		if err := s.Lockpool.Stop(10 * time.Second); err != nil {
+			return fmt.Errorf("stopping lockpool (pid %d): %w", s.Lockpool.PID(), err)
+		}
+	}
+	s.restarts++
+	return s.startLockpool(ctx, fmt.Sprintf("lockpool-%d", s.restarts))
 }
 
 // DSN is a libpq-style connection string through lockpool for the stack's

@@ -22,20 +22,28 @@ import (
 
 // IdleResult is the memory test of one pooler.
 type IdleResult struct {
-	Target        string  `json:"target"`
-	Clients       int     `json:"clients"`
-	Connected     int     `json:"connected"`
-	Errors        int     `json:"errors"`
-	FirstError    string  `json:"first_error,omitempty"`
-	RSSBeforeKB   int64   `json:"rss_before_kb"`
-	RSSWithKB     int64   `json:"rss_with_clients_kb"`
-	KBPerClient   float64 `json:"kb_per_idle_client"`
+	Target      string  `json:"target"`
+	Clients     int     `json:"clients"`
+	Connected   int     `json:"connected"`
+	Errors      int     `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	RSSBeforeKB int64   `json:"rss_before_kb"`
+	RSSWithKB   int64   `json:"rss_with_clients_kb"`
+	KBPerClient float64 `json:"kb_per_idle_client"`
+	// RSSHalfKB is VmRSS with the first half of the clients connected, and
+	// MarginalKB the RSS each client of the second half added: the cost of
+	// one more idle client, without what the first logins cost once (code
+	// pages first run, the heap grown for 64 logins at a time, GC
+	// metadata).
+	RSSHalfKB     int64   `json:"rss_with_half_kb"`
+	MarginalKB    float64 `json:"marginal_kb_per_idle_client"`
 	ConnectSecond float64 `json:"connect_seconds"`
 	AllConnected  bool    `json:"all_connected"`
 }
 
 // idleTest opens n authenticated clients to the pooler, leaves them idle,
-// and reads the pooler's VmRSS before and with them.
+// and reads the pooler's VmRSS before them, with the first half of them and
+// with all of them.
 func idleTest(t *target, e *env, n int) *IdleResult {
 	r := &IdleResult{Target: t.Name, Clients: n}
 	logf("idle clients: %s: opening %d authenticated idle connections", t.Name, n)
@@ -49,35 +57,44 @@ func idleTest(t *target, e *env, n int) *IdleResult {
 	cfg.ConnectTimeout = 60 * time.Second
 	conns := make([]*pgconn.PgConn, n)
 	var (
-		next     atomic.Int64
 		errs     atomic.Int64
 		firstErr atomic.Value
-		wg       sync.WaitGroup
 	)
-	start := time.Now()
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
+	// connect opens clients from up to to, 64 at a time.
+	connect := func(from, to int) {
+		var next atomic.Int64
+		next.Store(int64(from))
+		var wg sync.WaitGroup
+		for w := 0; w < 64; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= to {
+						return
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+					c, err := pgconn.ConnectConfig(ctx, cfg)
+					cancel()
+					if err != nil {
+						errs.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
+						continue
+					}
+					conns[i] = c
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-				c, err := pgconn.ConnectConfig(ctx, cfg)
-				cancel()
-				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				conns[i] = c
-			}
-		}()
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	r.ConnectSecond = time.Since(start).Seconds()
+	start := time.Now()
+	half := n / 2
+	connect(0, half)
+	time.Sleep(2 * time.Second)
+	r.RSSHalfKB = testenv.ProcRSSKB(t.Proc.PID())
+	connect(half, n)
+	r.ConnectSecond = time.Since(start).Seconds() - 2
 	time.Sleep(2 * time.Second)
 	r.RSSWithKB = testenv.ProcRSSKB(t.Proc.PID())
 	r.Errors = int(errs.Load())
@@ -93,8 +110,11 @@ func idleTest(t *target, e *env, n int) *IdleResult {
 	if r.Connected > 0 {
 		r.KBPerClient = float64(r.RSSWithKB-r.RSSBeforeKB) / float64(r.Connected)
 	}
-	logf("idle clients: %s: %d/%d connected in %.1fs, RSS %d → %d kB (%.2f kB/client)%s",
-		t.Name, r.Connected, n, r.ConnectSecond, r.RSSBeforeKB, r.RSSWithKB, r.KBPerClient, errSuffix(r.FirstError))
+	if n > half && r.AllConnected {
+		r.MarginalKB = float64(r.RSSWithKB-r.RSSHalfKB) / float64(n-half)
+	}
+	logf("idle clients: %s: %d/%d connected in %.1fs, RSS %d → %d → %d kB (%.2f kB/client; %.2f kB each of the second half)%s",
+		t.Name, r.Connected, n, r.ConnectSecond, r.RSSBeforeKB, r.RSSHalfKB, r.RSSWithKB, r.KBPerClient, r.MarginalKB, errSuffix(r.FirstError))
 	// Close them all (Terminate), a few at a time.
 	var cw sync.WaitGroup
 	ch := make(chan *pgconn.PgConn)

@@ -6,7 +6,8 @@
 // (direct → lockpool → PgBouncer for every row, so drift hits all three
 // alike). It also measures pooler CPU per transaction (/proc/<pid>/stat),
 // p50/p99 latency (pgbench -l logs), resident memory per idle client with
-// 10,000 idle authenticated clients, lease_acquire+lease_release pairs per
+// 2,000 and with 10,000 idle authenticated clients (each count on freshly
+// started poolers), lease_acquire+lease_release pairs per
 // second from 50 sessions, and a mixed run with 20 % of the sessions pinned
 // by advisory locks. It prints one table with the ratios lockpool/PgBouncer
 // and lockpool/direct and writes everything as JSON.
@@ -19,6 +20,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,7 +45,7 @@ type options struct {
 	maxPinned        int
 	eventLoops       int
 	scale            int
-	idle             int // idle clients for the memory test
+	idle             []int // idle clients for the memory test, one test per number on fresh processes
 	leaseSess        int
 	mixedSess        int
 	lockSess         int
@@ -104,7 +106,7 @@ func main() {
 
 func parseFlags() (*options, error) {
 	o := &options{}
-	var clients, scripts, modes string
+	var clients, scripts, modes, idle string
 	flag.StringVar(&o.out, "out", "", "write the JSON report here (default bench-results/<date>.json)")
 	flag.IntVar(&o.duration, "T", 7, "pgbench -T seconds per run")
 	flag.IntVar(&o.rounds, "rounds", 1, "runs of each pgbench row per target, the targets alternating (direct → lockpool → PgBouncer, then again); the row reports each figure's median")
@@ -115,7 +117,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.maxPinned, "max-pinned", 2, "lockpool max_pinned")
 	flag.IntVar(&o.eventLoops, "event-loops", 0, "lockpool event_loops (0: its default)")
 	flag.IntVar(&o.scale, "scale", 10, "pgbench -i -s")
-	flag.IntVar(&o.idle, "idle", 10000, "idle authenticated clients for the memory test (0 = skip)")
+	flag.StringVar(&idle, "idle", "2000,10000", "idle authenticated clients for the memory test, one test per number, each on freshly started poolers (0 = skip)")
 	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")
 	flag.IntVar(&o.lockSess, "lock-sessions", 50, "sessions for the advisory lock throughput test under advisory_locks: hold (0 = skip)")
 	flag.IntVar(&o.mixedSess, "mixed-sessions", 10, "sessions in the mixed run, 20 % of them pinned (0 = skip)")
@@ -129,6 +131,11 @@ func parseFlags() (*options, error) {
 	var err error
 	if o.clients, err = intList(clients); err != nil {
 		return nil, fmt.Errorf("-clients: %w", err)
+	}
+	if idle != "0" {
+		if o.idle, err = intList(idle); err != nil {
+			return nil, fmt.Errorf("-idle: %w", err)
+		}
 	}
 	if o.rounds < 1 {
 		return nil, fmt.Errorf("-rounds: %d is below 1", o.rounds)
@@ -190,10 +197,17 @@ func run() int {
 
 	// Idle clients first, on fresh processes: after the pgbench rows a Go
 	// heap already grown by 1,000 busy clients would hide the cost.
-	if o.idle > 0 {
+	for i, n := range o.idle {
 		for _, p := range env.poolers() {
-			r := idleTest(p, env, o.idle)
-			rep.Idle = append(rep.Idle, r)
+			if i > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				err := p.restart(ctx)
+				cancel()
+				if err != nil {
+					return fail(err)
+				}
+			}
+			rep.Idle = append(rep.Idle, idleTest(p, env, n))
 		}
 	}
 	rep.Rows = runMatrix(o, env, rep)

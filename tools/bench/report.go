@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -50,28 +51,15 @@ func printReport(w io.Writer, rep *Report) {
 			triple(d, lp, pb, func(x *Result) float64 { return x.P99ms }),
 			cpuPair(lp, pb), cpuRatio(lp, pb), switchPair(lp, pb), note)
 	}
-	var idleLP, idlePB *IdleResult
-	for _, x := range rep.Idle {
-		switch x.Target {
-		case "lockpool":
-			idleLP = x
-		case "pgbouncer":
-			idlePB = x
-		}
-	}
-	if idleLP != nil || idlePB != nil {
-		n := 0
-		if idleLP != nil {
-			n = idleLP.Clients
-		} else {
-			n = idlePB.Clients
-		}
+	for _, n := range idleCounts(rep) {
+		lp, pb := idleOf(rep, "lockpool", n), idleOf(rep, "pgbouncer", n)
 		r := "n/a"
-		if idleLP != nil && idlePB != nil && idlePB.KBPerClient > 0 {
-			r = fmt.Sprintf("%.2f", idleLP.KBPerClient/idlePB.KBPerClient)
+		if lp != nil && pb != nil && pb.KBPerClient > 0 {
+			r = fmt.Sprintf("%.2f", lp.KBPerClient/pb.KBPerClient)
 		}
 		fmt.Fprintf(tw, "idle %d clients: kB RSS/client\tn/a\t%s\t%s\t%s\tn/a\t\t\t\t\t%s\t\n", n,
-			idleKB(idleLP), idleKB(idlePB), r, "connected lp "+idleConn(idleLP)+", pgb "+idleConn(idlePB))
+			idleKB(lp), idleKB(pb), r, "connected lp "+idleConn(lp)+", pgb "+idleConn(pb)+
+				"; each of the second half: lp "+marginalKB(lp)+", pgb "+marginalKB(pb)+" kB")
 	}
 	if l := rep.Lease; l != nil {
 		note := fmt.Sprintf("%d errors, lockpool cpu %.1f µs/pair", l.Errors, l.CPUPer1000*1000)
@@ -100,7 +88,28 @@ func printReport(w io.Writer, rep *Report) {
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	printTargets(w, rep, idleLP)
+	printTargets(w, rep)
+}
+
+// idleCounts are the client counts of the run's idle tests, in order.
+func idleCounts(rep *Report) []int {
+	var ns []int
+	for _, x := range rep.Idle {
+		if !slices.Contains(ns, x.Clients) {
+			ns = append(ns, x.Clients)
+		}
+	}
+	return ns
+}
+
+// idleOf is target's idle test with n clients, or nil.
+func idleOf(rep *Report, target string, n int) *IdleResult {
+	for _, x := range rep.Idle {
+		if x.Target == target && x.Clients == n {
+			return x
+		}
+	}
+	return nil
 }
 
 // printTargets checks lockpool's performance targets against this run:
@@ -111,7 +120,7 @@ func printReport(w io.Writer, rep *Report) {
 // own extended, at most 4 kB per idle client, unpinned sessions at least
 // 0.9 × their throughput without pins, and at least 1,000 advisory lock +
 // unlock pairs per second under hold with nothing pinned and no errors.
-func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
+func printTargets(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "\ntargets:")
 	for _, r := range rep.Rows {
 		lp, pb := r.Results["lockpool"], r.Results["pgbouncer"]
@@ -131,9 +140,11 @@ func printTargets(w io.Writer, rep *Report, idleLP *IdleResult) {
 			fmt.Fprintf(w, "  switches/txn ≤ pgb + 0.2: %s: %.2f vs %.2f %s\n", r.label(), lp.SwitchesPerTxn, pb.SwitchesPerTxn, mark(lp.SwitchesPerTxn <= pb.SwitchesPerTxn+0.2))
 		}
 	}
-	if idleLP != nil {
-		fmt.Fprintf(w, "  ≤ 4 kB per idle client, all connect: %.2f kB, %d/%d connected %s\n", idleLP.KBPerClient, idleLP.Connected, idleLP.Clients,
-			mark(idleLP.KBPerClient <= 4 && idleLP.AllConnected))
+	for _, n := range idleCounts(rep) {
+		if lp := idleOf(rep, "lockpool", n); lp != nil {
+			fmt.Fprintf(w, "  ≤ 4 kB per idle client, all connect: %d clients: %.2f kB (each of the second half %.2f kB), %d/%d connected %s\n", n, lp.KBPerClient, lp.MarginalKB, lp.Connected, lp.Clients,
+				mark(lp.KBPerClient <= 4 && lp.AllConnected))
+		}
 	}
 	ext := map[string]*Result{}
 	for _, r := range rep.Rows {
@@ -234,6 +245,13 @@ func idleKB(x *IdleResult) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", x.KBPerClient)
+}
+
+func marginalKB(x *IdleResult) string {
+	if x == nil || x.MarginalKB == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", x.MarginalKB)
 }
 
 func idleConn(x *IdleResult) string {

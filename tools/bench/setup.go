@@ -30,6 +30,9 @@ type target struct {
 	Proc *testenv.Process // nil for direct
 	// AdminURL is lockpool's admin listener (pprof, metrics).
 	AdminURL string
+	// start starts the process anew (nil for direct), logging to name.log.
+	start  func(ctx context.Context, name string) (*testenv.Process, error)
+	starts int // processes started
 }
 
 // env is everything the run uses: the stack (PostgreSQL and the lockpool
@@ -124,6 +127,12 @@ func setup(o *options, work string, rep *Report) (*env, error) {
 	c := e.Cluster
 	e.direct = &target{Name: "direct", Host: c.Host, Port: c.Port}
 	e.lockpool = &target{Name: "lockpool", Host: "127.0.0.1", Port: e.Port, Proc: e.Lockpool, AdminURL: e.AdminURL}
+	e.lockpool.start = func(ctx context.Context, _ string) (*testenv.Process, error) {
+		if err := e.RestartLockpool(ctx); err != nil {
+			return nil, err
+		}
+		return e.Lockpool, nil
+	}
 	rep.Settings = Settings{
 		DurationSec: o.duration, Rounds: o.rounds, Threads: 2, Clients: o.clients, Scale: o.scale,
 		Budget: o.budget, MaxPinned: o.maxPinned, DirectMaxConn: o.directMax,
@@ -217,16 +226,38 @@ pidfile =
 			}
 		}
 	}
-	p, err := testenv.StartLogged(dir, "pgbouncer", cred, bin, confPath)
-	if err != nil {
+	t := &target{Name: "pgbouncer", Host: "127.0.0.1", Port: port}
+	t.start = func(ctx context.Context, name string) (*testenv.Process, error) {
+		p, err := testenv.StartLogged(dir, name, cred, bin, confPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := testenv.WaitReady(ctx, p, t.dsn()); err != nil {
+			_ = p.Stop(10 * time.Second)
+			return nil, fmt.Errorf("%w\n%s", err, p.LogTail(3000))
+		}
+		return p, nil
+	}
+	if t.Proc, err = t.start(ctx, "pgbouncer"); err != nil {
 		return nil, conf, err
 	}
-	t := &target{Name: "pgbouncer", Host: "127.0.0.1", Port: port, Proc: p}
-	if err := testenv.WaitReady(ctx, p, t.dsn()); err != nil {
-		_ = p.Stop(10 * time.Second)
-		return nil, conf, fmt.Errorf("%w\n%s", err, p.LogTail(3000))
-	}
 	return t, conf, nil
+}
+
+// restart stops t's process and starts a fresh one (same binary,
+// configuration and port). How the old process exited does not matter
+// (PgBouncer exits with status 1 on SIGTERM).
+func (t *target) restart(ctx context.Context) error {
+	if t.Proc.Alive() {
+		_ = t.Proc.Stop(10 * time.Second)
+	}
+	t.starts++
+	p, err := t.start(ctx, fmt.Sprintf("%s-%d", t.Name, t.starts))
+	if err != nil {
+		return err
+	}
+	t.Proc = p
+	return nil
 }
 
 func (t *target) dsn() string { return t.dsnDB(benchDB) }
