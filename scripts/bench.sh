@@ -7,7 +7,7 @@
 # 10,000 clients, each on fresh processes), the lease
 # throughput test, the advisory lock throughput test (advisory_locks: hold)
 # and the mixed pinned run, prints one table and writes
-# bench-results/<date>.json. Takes about 13 minutes on 2 cores.
+# bench-results/<date>.json. Takes about 20 minutes on 2 cores.
 #
 #   scripts/bench.sh                      # the full run
 #   scripts/bench.sh -T 2 -clients 10,100 -idle 1000   # a quick smoke run

@@ -165,7 +165,7 @@ func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	}
 	args := []string{"-n", "-h", t.Host, "-p", strconv.Itoa(t.Port), "-U", benchUser,
 		"-M", row.Mode, "-c", strconv.Itoa(row.Clients), "-j", strconv.Itoa(j),
-		"-T", strconv.Itoa(runSeconds(o, row.Clients)), "-l", "--log-prefix", filepath.Join(dir, "log")}
+		"-T", strconv.Itoa(runSeconds(o, t, row.Clients)), "-l", "--log-prefix", filepath.Join(dir, "log")}
 	if row.Script == "select" {
 		args = append(args, "-S")
 	}
@@ -236,11 +236,17 @@ func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	return r
 }
 
-// runSeconds is pgbench's -T for a row. pgbench counts its connection phase
-// in -T (it reports tps without it), and 1,000 logins take seconds here, so
-// large rows get 6 s more, the same for every target.
-func runSeconds(o *options, clients int) int {
-	if clients >= 500 {
+// runSeconds is pgbench's -T for a row against target t. pgbench counts its
+// connection phase in -T (it reports tps without it), and 1,000 logins take
+// seconds here, so large rows get 6 s more, the same for every pooler.
+// Direct PostgreSQL gets 40 s more: each of its logins forks a backend, and
+// pgbench's threads log in one client after another, so 1,000 direct logins
+// take longer than a pooler's whole run.
+func runSeconds(o *options, t *target, clients int) int {
+	switch {
+	case clients >= 500 && t.Name == "direct":
+		return o.duration + 40
+	case clients >= 500:
 		return o.duration + 6
 	}
 	return o.duration
@@ -412,7 +418,7 @@ func fetchProfile(o *options, t *target, row *Row, round int) string {
 	}
 	// Skip the login phase (the extra seconds large rows get) so the
 	// profile shows transactions, not SCRAM.
-	time.Sleep(time.Duration(runSeconds(o, row.Clients)-o.duration)*time.Second + 700*time.Millisecond)
+	time.Sleep(time.Duration(runSeconds(o, t, row.Clients)-o.duration)*time.Second + 700*time.Millisecond)
 	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.AdminURL, secs))
 	if err != nil {
 		return "error: " + err.Error()
