@@ -105,7 +105,9 @@ func (s *session) onParse(n int) error {
 	}
 	f := analyze(query)
 	if len(name) == 0 && !f.Hit() {
-		s.unnamed = rewrite.Findings{}
+		if s.unnamed != nil {
+			*s.unnamed = rewrite.Findings{}
+		}
 		s.unnamedParse = append(s.unnamedParse[:0], rest...)
 		s.unnamedBegin = begins
 		if err := s.toServer(replyParse, opPass); err != nil {
@@ -153,7 +155,10 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		}
 	}
 	if nameS == "" {
-		s.unnamed = f
+		if s.unnamed == nil {
+			s.unnamed = new(rewrite.Findings)
+		}
+		*s.unnamed = f
 		s.unnamedParse = append(s.unnamedParse[:0], restCopy...)
 		s.unnamedBegin = begins
 		if err := s.toServer(replyParse, opPass); err != nil {
@@ -316,7 +321,7 @@ func (s *session) onBind(n int) error {
 	var f *rewrite.Findings
 	var st *stmt
 	if len(name) == 0 {
-		f = &s.unnamed
+		f = s.unnamed // nil: none
 	} else {
 		st = s.stmts[string(name)]
 		if st == nil {
@@ -327,7 +332,7 @@ func (s *session) onBind(n int) error {
 	}
 	// Anything below may wait or read; keep a copy of the message when it
 	// must outlive the read buffer.
-	if f.Advisory || len(f.State) > 0 || len(f.Sets) > 0 {
+	if f != nil && (f.Advisory || len(f.State) > 0 || len(f.Sets) > 0) {
 		body = append([]byte(nil), body...)
 		msg, _ = wire.ParseBind(body)
 		portal, tail = msg.Portal, msg.Tail
