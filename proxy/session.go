@@ -91,7 +91,7 @@ type session struct {
 	needProbe bool
 
 	// Statements.
-	unnamed      *rewrite.Findings // the last unnamed Parse's findings; nil or zero when it had none (kept for reuse: an idle session carries no Findings)
+	unnamed      *rewrite.Findings // the last unnamed Parse's findings; nil or zero: none (made at the first hit, then reused)
 	unnamedParse []byte // the client's last unnamed Parse (query and types)
 	unnamedHere  bool   // the attached connection has it
 	unnamedBegin bool   // it opens a transaction block
