@@ -92,9 +92,9 @@ type session struct {
 
 	// Statements.
 	unnamed      *rewrite.Findings // the last unnamed Parse's findings; nil or zero: none (made at the first hit, then reused)
-	unnamedParse []byte // the client's last unnamed Parse (query and types)
-	unnamedHere  bool   // the attached connection has it
-	unnamedBegin bool   // it opens a transaction block
+	unnamedParse []byte            // the client's last unnamed Parse (query and types)
+	unnamedHere  bool              // the attached connection has it
+	unnamedBegin bool              // it opens a transaction block
 	stmts        map[string]*stmt
 
 	// Settings read back at the next idle point.
