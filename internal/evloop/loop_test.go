@@ -610,3 +610,54 @@ func TestBindLeavesNonSocketsToGo(t *testing.T) {
 		t.Fatalf("through the pipe: %q %v", got, readErr)
 	}
 }
+
+// TestConnAddresses checks that a wrapped connection reports the addresses
+// of the Go connection it came from, before and after a loop adopts it (TCP
+// addresses are kept as values, Unix ones as they came).
+func TestConnAddresses(t *testing.T) {
+	unixPath := fmt.Sprintf("%s/evloop-%d.sock", t.TempDir(), os.Getpid())
+	for _, tc := range []struct{ network, addr string }{
+		{"tcp4", "127.0.0.1:0"},
+		{"tcp6", "[::1]:0"},
+		{"unix", unixPath},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			ln, err := net.Listen(tc.network, tc.addr)
+			if err != nil {
+				t.Skipf("%s not available here: %v", tc.network, err)
+			}
+			defer ln.Close()
+			cc, err := net.Dial(tc.network, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantLocal, wantRemote := sc.LocalAddr(), sc.RemoteAddr()
+			c := Wrap(sc)
+			check := func(when string) {
+				t.Helper()
+				for _, a := range []struct {
+					name      string
+					got, want net.Addr
+				}{{"local", c.LocalAddr(), wantLocal}, {"remote", c.RemoteAddr(), wantRemote}} {
+					if a.got.Network() != a.want.Network() || a.got.String() != a.want.String() {
+						t.Errorf("%s: %s address %s %q, want %s %q", when, a.name, a.got.Network(), a.got, a.want.Network(), a.want)
+					}
+				}
+			}
+			check("wrapped")
+			l := startLoop(t)
+			bound := make(chan error, 1)
+			<-run(l, func(co *Co) { bound <- c.Bind(co) })
+			if err := <-bound; err != nil {
+				t.Fatal(err)
+			}
+			check("adopted")
+			_ = c.Close()
+		})
+	}
+}

@@ -30,7 +30,8 @@ type target struct {
 	Proc *testenv.Process // nil for direct
 	// AdminURL is lockpool's admin listener (pprof, metrics).
 	AdminURL string
-	// start starts the process anew (nil for direct), logging to name.log.
+	// start starts the process anew (nil for direct). PgBouncer's logs to
+	// name.log; lockpool's restart names its own log (testenv.Stack).
 	start  func(ctx context.Context, name string) (*testenv.Process, error)
 	starts int // processes started
 }
