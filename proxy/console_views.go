@@ -90,7 +90,7 @@ func (s *Server) clients() []clientSnapshot {
 	out := make([]clientSnapshot, 0, len(list))
 	for _, ss := range list {
 		c := clientSnapshot{id: ss.pid, app: ss.app, user: ss.user, database: ss.database, remote: ss.remote,
-			connected: ss.connected, link: ss.link.adminView()}
+			connected: time.Unix(0, ss.connected), link: ss.link.adminView()}
 		_, c.tls = ss.conn.(*tls.Conn)
 		host, port, err := net.SplitHostPort(ss.remote)
 		if err != nil {

@@ -125,21 +125,29 @@ func (s *session) heldLocks() (*advisory.Session, *pgError) {
 	if s.srv.locks == nil {
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "Run lockpool with a lock manager.", "advisory_locks: hold is not available on this lockpool instance")
 	}
-	if s.held.locks == nil {
-		s.held.locks = s.srv.locks.NewSession(s.database, func() {
+	x := s.more()
+	if x.held.locks == nil {
+		x.held.locks = s.srv.locks.NewSession(s.database, func() {
 			s.kill(pgerr.ConnectionLost(true).Fatal())
 		})
-		s.held.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
+		x.held.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
 	}
-	return s.held.locks, nil
+	return x.held.locks, nil
 }
 
 // countHeld brings lockpool_advisory_locks_held up to date with n holds.
 func (s *session) countHeld(n int) {
-	if s.app.hold != nil && n != s.held.counted {
-		s.app.hold.held.Add(float64(n - s.held.counted))
+	x := s.extras
+	if x == nil {
+		if n == 0 {
+			return
+		}
+		x = s.more()
 	}
-	s.held.counted = n
+	if s.app.hold != nil && n != x.held.counted {
+		s.app.hold.held.Add(float64(n - x.held.counted))
+	}
+	x.held.counted = n
 }
 
 // stopWait ends a wait in lockpool of a session that another goroutine
@@ -155,12 +163,13 @@ func (s *session) stopWait() {
 
 // closeHeld releases the session's held locks when it ends.
 func (s *session) closeHeld() {
-	if s.held.locks == nil {
+	x := s.extras
+	if x == nil || x.held.locks == nil {
 		return
 	}
-	s.offload(s.held.locks.Close) // unlocks on the lock connections
+	s.offload(x.held.locks.Close) // unlocks on the lock connections
 	s.countHeld(0)
-	s.held.locks = nil
+	x.held.locks = nil
 }
 
 // onHeldQuery answers a simple-protocol held call in its place in the
@@ -241,10 +250,11 @@ func (s *session) bindHeld(vs *virtStmt, portal, tail []byte) error {
 		}
 		p.Formats[i] = a.ParamFormat(i)
 	}
-	if s.vportals == nil {
-		s.vportals = make(map[string]*virtPortal)
+	x := s.more()
+	if x.vportals == nil {
+		x.vportals = make(map[string]*virtPortal)
 	}
-	s.vportals[string(portal)] = &virtPortal{vs: vs, held: p, formats: append([]int16(nil), a.ResultFormats...)}
+	x.vportals[string(portal)] = &virtPortal{vs: vs, held: p, formats: append([]int16(nil), a.ResultFormats...)}
 	s.pushLocal(msgBindComplete, nil)
 	return nil
 }
@@ -408,7 +418,7 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 // connection's replies would be out of step, or lockpool's statement would
 // have failed the client's transaction behind its back.
 func (s *session) lockLimits() (advisory.Limits, *pgError) {
-	lt, st := s.params.vals["lock_timeout"], s.params.vals["statement_timeout"]
+	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
 	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
 		v, err := s.readTimeouts()
 		if err != nil {

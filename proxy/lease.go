@@ -135,21 +135,23 @@ func (s *session) leaseSession() (LeaseSession, *pgError) {
 	if s.srv.leases == nil {
 		return nil, errLeasesOff()
 	}
-	if s.lease == nil {
-		s.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
+	x := s.more()
+	if x.lease == nil {
+		x.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
 	}
-	return s.lease, nil
+	return x.lease, nil
 }
 
 // closeLeases releases the session's leases when it ends.
 func (s *session) closeLeases() {
-	if s.lease == nil {
+	if s.extras == nil || s.extras.lease == nil {
 		return
 	}
+	ls := s.extras.lease
 	s.offload(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s.lease.Close(ctx)
+		ls.Close(ctx)
 	})
 }
 
@@ -414,32 +416,25 @@ func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) er
 // the batch skip that reply, the Parse never happened: the name goes back
 // to what it was.
 func (s *session) prepareVirtual(name string, vs *virtStmt) {
-	if s.virt == nil {
-		s.virt = make(map[string]*virtStmt)
+	x := s.more()
+	if x.virt == nil {
+		x.virt = make(map[string]*virtStmt)
 	}
-	prev := s.virt[name]
-	s.virt[name] = vs
+	prev := x.virt[name]
+	x.virt[name] = vs
 	s.pushLocal(msgParseComplete, func() {
 		if prev != nil {
-			s.virt[name] = prev
+			x.virt[name] = prev
 		} else {
-			delete(s.virt, name)
+			delete(x.virt, name)
 		}
 	})
 }
 
-// virtualStmt returns the lease call prepared under name, if any.
-func (s *session) virtualStmt(name []byte) *virtStmt {
-	if s.virt == nil {
-		return nil
-	}
-	return s.virt[string(name)]
-}
-
 // forgetVirtual drops a virtual statement when the client reuses the name.
 func (s *session) forgetVirtual(name []byte) {
-	if s.virt != nil {
-		delete(s.virt, string(name))
+	if s.extras != nil {
+		delete(s.extras.virt, string(name))
 	}
 }
 
@@ -467,10 +462,11 @@ func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
 		params[i] = val
 	}
 	rf := append([]int16(nil), a.ResultFormats...)
-	if s.vportals == nil {
-		s.vportals = make(map[string]*virtPortal)
+	x := s.more()
+	if x.vportals == nil {
+		x.vportals = make(map[string]*virtPortal)
 	}
-	s.vportals[string(portal)] = &virtPortal{vs: vs, params: params, formats: rf}
+	x.vportals[string(portal)] = &virtPortal{vs: vs, params: params, formats: rf}
 	s.pushLocal(msgBindComplete, nil)
 	return nil
 }

@@ -14,10 +14,13 @@ import (
 )
 
 // clientParams are the parameter values a client should see: what it sent
-// at startup and what it changed since, by lower-case name.
+// at startup and what it changed since, by lower-case name. Until the first
+// change the values are the startup map itself, so a client that never
+// changes a parameter keeps one map, or none when it sent no parameters.
 type clientParams struct {
-	vals map[string]string
-	fp   string // fingerprint of vals, "" until computed
+	startup map[string]string // the startup values (RESET ALL returns to them); nil: none
+	changed map[string]string // the values since the first change; nil: the startup values
+	fp      string            // fingerprint of the values, "" until computed
 }
 
 // reportedNames are the parameters PostgreSQL reports with ParameterStatus,
@@ -41,32 +44,63 @@ var reportedNames = map[string]string{
 // startupSkip are startup keys that are not parameters to carry.
 var startupSkip = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
 
-func (p *clientParams) init(startup map[string]string) map[string]string {
-	p.vals = make(map[string]string, len(startup))
+// init makes the startup packet's parameters the client's values.
+func (p *clientParams) init(startup map[string]string) {
+	var vals map[string]string
 	for k, v := range startup {
 		if startupSkip[k] {
 			continue
 		}
-		p.vals[lower(k)] = v
+		if vals == nil {
+			vals = make(map[string]string, len(startup))
+		}
+		vals[lower(k)] = v
 	}
-	out := make(map[string]string, len(p.vals))
-	for k, v := range p.vals {
-		out[k] = v
+	p.setStartup(vals)
+}
+
+// setStartup makes vals (nil: none) both the startup values and the
+// current ones.
+func (p *clientParams) setStartup(vals map[string]string) {
+	p.startup = vals
+	p.resetAll()
+}
+
+// resetAll brings back the startup values.
+func (p *clientParams) resetAll() {
+	p.changed, p.fp = nil, ""
+}
+
+// values returns the client's values; the caller must not change the map.
+func (p *clientParams) values() map[string]string {
+	if p.changed != nil {
+		return p.changed
 	}
-	return out
+	return p.startup
+}
+
+// own gives the values a map of their own before a change.
+func (p *clientParams) own() map[string]string {
+	if p.changed == nil {
+		p.changed = make(map[string]string, len(p.startup)+1)
+		for k, v := range p.startup {
+			p.changed[k] = v
+		}
+	}
+	return p.changed
 }
 
 func (p *clientParams) set(name, val string) {
-	if p.vals[name] == val {
+	if p.values()[name] == val {
 		return
 	}
-	p.vals[name] = val
+	p.own()[name] = val
 	p.fp = ""
 }
 
 func (p *clientParams) reset(name string) {
-	if _, ok := p.vals[name]; ok {
-		delete(p.vals, name)
+	if _, ok := p.values()[name]; ok {
+		delete(p.own(), name)
 		p.fp = ""
 	}
 }
@@ -75,8 +109,9 @@ func (p *clientParams) fingerprint() string {
 	if p.fp != "" {
 		return p.fp
 	}
-	keys := make([]string, 0, len(p.vals))
-	for k := range p.vals {
+	vals := p.values()
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -85,7 +120,7 @@ func (p *clientParams) fingerprint() string {
 	for _, k := range keys {
 		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(p.vals[k])
+		b.WriteString(vals[k])
 		b.WriteByte(0)
 	}
 	p.fp = b.String()
@@ -138,12 +173,12 @@ func (s *session) appendStartupParams(buf []byte, srv map[string]string) []byte 
 	for k, v := range srv {
 		lk := lower(k)
 		seen[lk] = true
-		if cv, ok := s.params.vals[lk]; ok {
+		if cv, ok := s.params.values()[lk]; ok {
 			v = cv
 		}
 		buf = wire.AppendParameterStatus(buf, k, v)
 	}
-	for k, v := range s.params.vals {
+	for k, v := range s.params.values() {
 		if canon, ok := reportedNames[k]; ok && !seen[k] {
 			buf = wire.AppendParameterStatus(buf, canon, v)
 		}
@@ -170,7 +205,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 		return nil, nil
 	}
 	var sets, setKeys, resets []string
-	for k, want := range s.params.vals {
+	for k, want := range s.params.values() {
 		cur, ok := st.params[k]
 		if !ok || cur != want {
 			sets = append(sets, "pg_catalog.set_config("+sqlLiteral(k)+", "+sqlLiteral(want)+", false)")
@@ -178,7 +213,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 		}
 	}
 	for k, cur := range st.params {
-		if _, mine := s.params.vals[k]; mine {
+		if _, mine := s.params.values()[k]; mine {
 			continue
 		}
 		if def, ok := st.defaults[k]; ok && def == cur {
@@ -227,7 +262,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 				}
 				k, val := setKeys[i], string(v)
 				st.params[k] = val
-				if s.params.vals[k] != val {
+				if s.params.values()[k] != val {
 					s.params.set(k, val)
 					if canon, ok := reportedNames[k]; ok {
 						ps = wire.AppendParameterStatus(ps, canon, val)
@@ -287,11 +322,7 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 		for k, v := range st.defaults {
 			st.params[k] = v
 		}
-		s.params.vals = make(map[string]string, len(s.startup))
-		for k, v := range s.startup {
-			s.params.vals[k] = v
-		}
-		s.params.fp = ""
+		s.params.resetAll()
 		st.synced = ""
 		ps, err := s.syncParams(sc, st)
 		if err != nil {
@@ -373,14 +404,16 @@ func (s *session) trackSets(f *rewrite.Findings) {
 			s.setsAll = true
 			continue
 		}
-		s.setNames = append(s.setNames, c.Name)
+		x := s.more()
+		x.setNames = append(x.setNames, c.Name)
 	}
 	for _, c := range f.State {
 		switch {
 		case c.Kind == rewrite.SetConfig:
 			s.setsPending = true
 			if c.Name != "" {
-				s.setNames = append(s.setNames, c.Name)
+				x := s.more()
+				x.setNames = append(x.setNames, c.Name)
 			}
 		case c.Kind == rewrite.Discard && c.Name == "all":
 			// DISCARD ALL is RESET ALL and DEALLOCATE ALL too.

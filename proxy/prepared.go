@@ -96,9 +96,7 @@ func (s *session) onParse(n int) error {
 	}
 	name, query := msg.Name, msg.SQL
 	rest := body[len(name)+1:] // query and parameter types, as on the wire
-	if s.virt != nil {
-		s.forgetVirtual(name)
-	}
+	s.forgetVirtual(name)
 	begins := txCommandOf(query) == txBegin
 	if changesSchema(query) {
 		s.srv.stmts.retire()
@@ -277,8 +275,8 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 			if err := s.settle(); err != nil {
 				return err
 			}
-			if s.staleStmt == st {
-				s.staleStmt = nil
+			if s.extras != nil && s.extras.staleStmt == st {
+				s.extras.staleStmt = nil
 				s.retireStale(st.srvName)
 				return s.fail(errStalePlan(), false)
 			}
@@ -309,14 +307,12 @@ func (s *session) onBind(n int) error {
 		return err
 	}
 	portal, name, tail := msg.Portal, msg.Stmt, msg.Tail
-	if s.virt != nil {
-		if vs := s.virtualStmt(name); vs != nil {
+	if x := s.extras; x != nil {
+		if vs := x.virt[string(name)]; vs != nil {
 			err := s.bindVirtual(vs, append([]byte(nil), portal...), append([]byte(nil), tail...))
 			return err
 		}
-	}
-	if s.vportals != nil {
-		delete(s.vportals, string(portal))
+		delete(x.vportals, string(portal))
 	}
 	var f *rewrite.Findings
 	var st *stmt
@@ -377,12 +373,12 @@ func (s *session) onDescribe(n int) error {
 		return err
 	}
 	kind, name := d.Kind, d.Name
-	if s.virt != nil {
+	if x := s.extras; x != nil {
 		if kind == 'S' {
-			if vs := s.virtualStmt(name); vs != nil {
+			if vs := x.virt[string(name)]; vs != nil {
 				return s.describeVirtual(vs, nil)
 			}
-		} else if vp := s.vportals[string(name)]; vp != nil {
+		} else if vp := x.vportals[string(name)]; vp != nil {
 			return s.describeVirtual(nil, vp)
 		}
 	}
@@ -433,14 +429,14 @@ func (s *session) onClose(n int) error {
 		return err
 	}
 	kind, name := c.Kind, c.Name
-	if s.virt != nil {
-		_, isStmt := s.virt[string(name)]
-		_, isPortal := s.vportals[string(name)]
+	if x := s.extras; x != nil {
+		_, isStmt := x.virt[string(name)]
+		_, isPortal := x.vportals[string(name)]
 		if kind == 'S' && isStmt || kind == 'P' && isPortal {
 			if kind == 'S' {
-				delete(s.virt, string(name))
+				delete(x.virt, string(name))
 			} else {
-				delete(s.vportals, string(name))
+				delete(x.vportals, string(name))
 			}
 			s.pushLocal(msgCloseComplete, nil)
 			return nil
@@ -470,8 +466,8 @@ func (s *session) onExecute(n int) error {
 	if err != nil {
 		return err
 	}
-	if s.vportals != nil {
-		if vp := s.vportals[string(e.Portal)]; vp != nil {
+	if x := s.extras; x != nil {
+		if vp := x.vportals[string(e.Portal)]; vp != nil {
 			return s.executeVirtual(vp)
 		}
 	}

@@ -243,7 +243,7 @@ func (s *session) noteDescription(f *reply, typ byte, body []byte) {
 	}
 	switch {
 	case f.op == opCheck && f.desc.desc != 0 && f.desc.desc != h:
-		s.staleStmt = f.desc
+		s.more().staleStmt = f.desc
 	case f.desc.desc == 0:
 		f.desc.desc = h
 	}
@@ -356,8 +356,12 @@ func (s *session) safePoint() error {
 		if err := s.link.to(linkProbing); err != nil {
 			return err
 		}
-		probe, sets, setsAll, names := s.needProbe, s.setsPending, s.setsAll, s.setNames
-		s.needProbe, s.setsPending, s.setsAll, s.setNames = false, false, false, nil
+		probe, sets, setsAll := s.needProbe, s.setsPending, s.setsAll
+		s.needProbe, s.setsPending, s.setsAll = false, false, false
+		var names []string
+		if s.extras != nil {
+			names, s.extras.setNames = s.extras.setNames, nil
+		}
 		if s.dropPrepared && s.link.st != nil {
 			s.link.st.prepared = nil
 			s.dropPrepared = false
@@ -397,7 +401,7 @@ func (s *session) safePoint() error {
 			return err
 		}
 	}
-	if s.txStatus == 'I' && s.lease != nil {
+	if s.txStatus == 'I' && s.extras != nil && s.extras.lease != nil {
 		s.insertLeaseWarnings()
 	}
 	if s.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
@@ -434,7 +438,7 @@ func (s *session) insertLeaseWarnings() {
 	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
 		return
 	}
-	w := appendLeaseWarnings(nil, s.lease)
+	w := appendLeaseWarnings(nil, s.extras.lease)
 	if len(w) == 0 {
 		return
 	}

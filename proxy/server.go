@@ -426,7 +426,7 @@ func (s *Server) register(ss *session) bool {
 		}
 	}
 	ss.pid = pid
-	ss.connected = time.Now()
+	ss.connected = time.Now().UnixNano()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	ss.secret = binary.BigEndian.Uint32(b[:])

@@ -32,6 +32,28 @@ type stmt struct {
 	fresh   bool   // answered lazily: prepare afresh at first use, never reuse an older server statement
 }
 
+// sessionExtras is the part of a session that few clients use: held
+// advisory locks, lease calls and the statements lockpool answers itself,
+// the names of parameters to read back, a stale statement found by a check.
+// It is made at first use (session.more), so an idle client carries one
+// pointer for all of it; the session stays in a smaller size class.
+type sessionExtras struct {
+	held      heldState              // held advisory locks (advisory_locks: hold)
+	lease     LeaseSession           // lease calls; nil until the first
+	virt      map[string]*virtStmt   // statements lockpool answers itself (lease and held-lock calls)
+	vportals  map[string]*virtPortal // their portals
+	setNames  []string               // parameters changed with SET: read back at the next idle point
+	staleStmt *stmt                  // a check found this client statement's result type changed
+}
+
+// more returns the session's extras, made at the first call.
+func (s *session) more() *sessionExtras {
+	if s.extras == nil {
+		s.extras = new(sessionExtras)
+	}
+	return s.extras
+}
+
 // errSessionEnd ends a session whose client was already told why.
 var errSessionEnd = errors.New("session ended")
 
@@ -46,9 +68,9 @@ type session struct {
 	sock     *evloop.Conn // the client's socket (below TLS, if any)
 	resting  bool         // idle with no coroutine: the loop resumes it when the client speaks
 	ended    bool         // cleaned up
+	mustRead bool         // the client's socket is readable: read before resting again
 	killed   *pgError     // a kill that reached the session while it rested
 	done     func()       // runs once the session ended and cleaned up
-	mustRead bool         // the client's socket is readable: read before resting again
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
@@ -59,8 +81,7 @@ type session struct {
 	pid      uint32
 	secret   uint32
 	params   clientParams
-	startup  map[string]string // the client's startup parameters (RESET ALL returns to them)
-	idleTx   time.Duration     // idle_transaction_timeout (0: off)
+	idleTx   time.Duration // idle_transaction_timeout (0: off)
 
 	link serverLink // the server connection and its life cycle
 
@@ -76,7 +97,6 @@ type session struct {
 	copyIn     bool       // the server waits for COPY data from the client
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
-	staleStmt  *stmt      // a check found this client statement's result type changed
 	skipping   bool       // discarding client messages until Sync after an error
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
@@ -86,8 +106,8 @@ type session struct {
 
 	// Pins.
 	slot      *pinSlot // a pin slot held (taken before a statement that may lock, kept while pinned)
-	pinned    bool
 	pinReason string
+	pinned    bool
 	needProbe bool
 
 	// Statements.
@@ -101,17 +121,11 @@ type session struct {
 	setsPending  bool
 	setsAll      bool
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
-	setNames     []string
 
-	// Held advisory locks (advisory_locks: hold).
-	held heldState
+	// extras is what few sessions use, made at first use (session.more).
+	extras *sessionExtras
 
-	// Lease calls.
-	lease    LeaseSession
-	virt     map[string]*virtStmt
-	vportals map[string]*virtPortal
-
-	connected time.Time        // when it logged in (SHOW CLIENTS)
+	connected int64            // when it logged in, Unix nanoseconds (SHOW CLIENTS)
 	wakeFn    func(*evloop.Co) // s.wake, for GoOnReadable at each rest
 
 	// drainAfterTx: the listeners were handed to a successor before this
@@ -140,7 +154,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		// keep their buffer.
 		s.r.SetReleaseAfter(0)
 	}
-	s.startup = s.params.init(params)
+	s.params.init(params)
 	return s
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -532,17 +531,18 @@ func startupCheckError(err error, app string) error {
 // returns to) the settings of seq applied in order, so a later setting of a
 // parameter wins; values, when not nil, are the server's spelling of each.
 func (ss *session) setStartupValues(seq []startupParam, values []string) {
-	eff := make(map[string]string, len(seq))
+	var eff map[string]string // nil: none
 	for i, p := range seq {
 		v := p.value
 		if values != nil {
 			v = values[i]
 		}
+		if eff == nil {
+			eff = make(map[string]string, len(seq))
+		}
 		eff[canonicalParamName(p.name)] = v
 	}
-	ss.params.vals = eff
-	ss.params.fp = ""
-	ss.startup = maps.Clone(eff)
+	ss.params.setStartup(eff)
 }
 
 // runStartupCheck checks pairs on a pooled server connection of app. A

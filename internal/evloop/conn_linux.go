@@ -31,9 +31,11 @@ type Conn struct {
 	closed   atomic.Bool
 
 	// Deferred writes (WriteDeferred): bytes the loop writes at the end of
-	// its turn; werr is the error such a write met, for the next Write.
-	wbuf   []byte
+	// its turn (queued: the loop has the Conn on its list); werr is the
+	// error such a write met, for the next Write. queued sits beside closed,
+	// so the Conn fits a 208-byte allocation.
 	queued bool
+	wbuf   []byte
 	werr   error
 }
 
