@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"maps"
+	"testing"
+)
+
+// TestClientParamsShareStartupUntilChanged checks that the current values
+// start as the startup map itself and that no change through set, reset or
+// a later RESET ALL ever writes into the startup values.
+func TestClientParamsShareStartupUntilChanged(t *testing.T) {
+	type op struct {
+		kind      string // set, reset, resetAll
+		name, val string
+	}
+	for _, c := range []struct {
+		name    string
+		startup map[string]string
+		ops     []op
+		want    map[string]string
+	}{
+		{"no parameters", nil, nil, nil},
+		{"startup only", map[string]string{"application_name": "a"}, nil, map[string]string{"application_name": "a"}},
+		{"set a new one", map[string]string{"application_name": "a"}, []op{{"set", "search_path", "s"}},
+			map[string]string{"application_name": "a", "search_path": "s"}},
+		{"set without startup values", nil, []op{{"set", "timezone", "UTC"}}, map[string]string{"timezone": "UTC"}},
+		{"change a startup value", map[string]string{"application_name": "a"}, []op{{"set", "application_name", "b"}},
+			map[string]string{"application_name": "b"}},
+		{"reset a startup value", map[string]string{"application_name": "a", "timezone": "UTC"}, []op{{"reset", "timezone", ""}},
+			map[string]string{"application_name": "a"}},
+		{"reset every value", map[string]string{"timezone": "UTC"}, []op{{"reset", "timezone", ""}}, map[string]string{}},
+		{"reset an unknown one", map[string]string{"timezone": "UTC"}, []op{{"reset", "datestyle", ""}}, map[string]string{"timezone": "UTC"}},
+		{"reset all", map[string]string{"application_name": "a"},
+			[]op{{"set", "application_name", "b"}, {"set", "search_path", "s"}, {"resetAll", "", ""}},
+			map[string]string{"application_name": "a"}},
+		{"change after reset all", map[string]string{"application_name": "a"},
+			[]op{{"set", "search_path", "s"}, {"resetAll", "", ""}, {"reset", "application_name", ""}, {"set", "timezone", "UTC"}},
+			map[string]string{"timezone": "UTC"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			startup := maps.Clone(c.startup)
+			var p clientParams
+			p.setStartup(startup)
+			fp0 := p.fingerprint()
+			for _, o := range c.ops {
+				switch o.kind {
+				case "set":
+					p.set(o.name, o.val)
+				case "reset":
+					p.reset(o.name)
+				case "resetAll":
+					p.resetAll()
+				}
+			}
+			if got := p.values(); !maps.Equal(got, c.want) {
+				t.Errorf("values %v, want %v", got, c.want)
+			}
+			if !maps.Equal(startup, c.startup) {
+				t.Errorf("the startup values became %v, want %v", startup, c.startup)
+			}
+			// The fingerprint follows the values: equal values, equal fingerprints.
+			if same := maps.Equal(p.values(), c.startup); same != (p.fingerprint() == fp0) {
+				t.Errorf("fingerprint %q against the startup's %q, values equal: %v", p.fingerprint(), fp0, same)
+			}
+		})
+	}
+}
