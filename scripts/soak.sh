@@ -2,7 +2,8 @@
 # soak.sh runs lockpool's soak test (tools/soak): it starts its own
 # PostgreSQL (pgbench -i -s 5) and a freshly built lockpool process, then for
 # SOAK_MINUTES (default 10) runs mixed load through lockpool — pgbench -S
-# -c 8 -j 2, advisory-lock churn with pins and try-locks, lease churn, plain
+# -c 8 -j 2, advisory-lock churn with try-locks (held on lockpool's lock
+# connections; pinned sessions with -advisory pin), lease churn, plain
 # transactions and abrupt client kills — while it samples lockpool's
 # goroutines, open fds and RSS every 10 s and checks lock and lease
 # invariants. It prints a sample table and a summary and exits 1 on any
@@ -11,7 +12,7 @@
 #   scripts/soak.sh                    # 10 minutes
 #   SOAK_MINUTES=2 scripts/soak.sh     # a short run
 #   scripts/soak.sh -keep -seed 42     # extra flags go to the program (see -h)
-#   scripts/soak.sh -advisory hold     # the lock clients under advisory_locks: hold
+#   scripts/soak.sh -advisory pin      # the lock clients under advisory_locks: pin (default: hold)
 #
 # Installs PostgreSQL with apt-get when pgbench or the server is missing.
 set -euo pipefail

@@ -12,10 +12,10 @@
 //   - lock churn: clients take pg_try_advisory_lock / pg_advisory_lock
 //     (bounded by the session's lock_timeout), stack, unlock and unlock_all
 //     on a small key space, keeping a model of what they hold and on which
-//     backend (every statement also returns pg_backend_pid()); with
-//     -advisory hold the application runs advisory_locks: hold, each
-//     statement is the call alone (so lockpool answers it), and the locks
-//     live on lockpool's lock connections;
+//     backend (every statement also returns pg_backend_pid()); under
+//     -advisory hold (the default, as lockpool's) each statement is the
+//     call alone (so lockpool answers it) and the locks live on lockpool's
+//     lock connections; under -advisory pin they pin the client's session;
 //   - lease churn: clients take lease_acquire(name, 3) on a few names and
 //     record each hold in a table (entry, fenced writes, exit);
 //   - plain transactions with a session application_name;
@@ -94,7 +94,7 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.checkEvery, "check", time.Second, "pg_locks invariant check interval")
 	flag.Int64Var(&o.seed, "seed", 0, "random seed (0 = from the clock)")
 	flag.StringVar(&o.lockpoolBin, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
-	flag.StringVar(&o.advisory, "advisory", "pin", "the application's advisory_locks policy, pin or hold (under hold the lock clients' locks live on lockpool's lock connections)")
+	flag.StringVar(&o.advisory, "advisory", "hold", "the application's advisory_locks policy, hold or pin (under hold the lock clients' locks live on lockpool's lock connections; under pin they pin the client's session)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (config, lockpool.log)")
 	flag.BoolVar(&o.inject, "inject-faults", false, "self-test: halfway through, hold an advisory lock and write an overlapping lease hold behind lockpool's back (the run must FAIL)")
 	flag.Parse()
