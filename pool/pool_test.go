@@ -484,9 +484,11 @@ func TestWaitTimeoutAndCancel(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			m, _ := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, 100*time.Millisecond)}, reg: reg})
 			held := mustAcquire(t, m, "a", "db")
+			// Timed from before the context is made: its deadline or cancel
+			// counts from then, so a wait measured from later may be shorter.
+			t0 := time.Now()
 			ctx, cancel := tc.ctx()
 			defer cancel()
-			t0 := time.Now()
 			_, err := m.Acquire(ctx, "a", "db")
 			el := time.Since(t0)
 			if !errors.Is(err, tc.wantErr) {
