@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,10 @@ type lockClient struct {
 	// pid to check), and lockpool's table decides conflicts among the
 	// clients: s.held checks that no two hold a key at once.
 	hold bool
+	// lostAt: when the soak terminated a lock connection that held this
+	// client's locks (Unix nanoseconds; 0: none since it connected). Its
+	// session must end: operations failing meanwhile are expected.
+	lostAt atomic.Int64
 }
 
 var lockModes = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
@@ -128,7 +133,7 @@ func (c *lockClient) push(key int64, iv *testenv.LockHold, pid uint32) {
 func (c *lockClient) took(key int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.killedAt.Load() != 0 {
+	if c.killedAt.Load() != 0 || c.lostAt.Load() != 0 {
 		return
 	}
 	if other, ok := c.s.held.take(c.id, key); !ok {
@@ -162,7 +167,21 @@ func (c *lockClient) failed(op string, err error, ivs ...*testenv.LockHold) {
 		}
 		c.dropAll(end)
 		c.drop()
+		c.lostAt.Store(0)
 		c.s.count("lock: operations cut by a kill")
+		return
+	}
+	if _, ok := c.lost(); ok {
+		// lockpool ended the session: it releases what the session held
+		// on its other lock connections at once.
+		end := now.Add(killGrace)
+		for _, iv := range ivs {
+			c.s.locks.Close(iv, end)
+		}
+		c.dropAll(end)
+		c.drop()
+		c.lostAt.Store(0)
+		c.s.count("lock: operations cut by a lost lock connection")
 		return
 	}
 	if sqlState(err) == "53300" {
@@ -196,7 +215,7 @@ func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
 	if !ok {
 		c.s.locks.Close(iv, now)
 		c.s.count("lock: pg_try_advisory_lock = false")
-		if len(c.held[key]) > 0 {
+		if _, lost := c.lost(); len(c.held[key]) > 0 && !lost {
 			c.s.violatef("lock", "%s: pg_try_advisory_lock(%d) = false on backend %d although it holds the key (pinned to %d)", c.name(), key, pid, c.pid)
 		}
 		return
@@ -265,7 +284,7 @@ func (c *lockClient) opUnlock(ctx context.Context, conn *pgx.Conn) {
 	c.s.lockOps.Add(1)
 	c.s.count(fmt.Sprintf("lock: pg_advisory_unlock = %v", ok))
 	holds := len(c.held[key]) > 0
-	if ok != holds {
+	if _, lost := c.lost(); ok != holds && !lost {
 		c.s.violatef("lock", "%s: pg_advisory_unlock(%d) = %v on backend %d, but the client holds it %d times (pinned backend %d)", c.name(), key, ok, pid, len(c.held[key]), c.pid)
 	}
 	if !c.hold && len(c.heldKeys()) > 0 && uint32(pid) != c.pid {
@@ -333,6 +352,7 @@ func (c *lockClient) run() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		holding := len(c.heldKeys()) > 0
 		p := c.rng.Intn(100)
+		c.s.lockGate.RLock()
 		switch {
 		case holding && p < 35, !holding && p < 4:
 			c.opUnlock(ctx, conn)
@@ -345,7 +365,9 @@ func (c *lockClient) run() {
 		default:
 			c.opVerify(ctx, conn)
 		}
+		c.s.lockGate.RUnlock()
 		cancel()
+		c.checkLost()
 		time.Sleep(time.Duration(20+c.rng.Intn(130)) * time.Millisecond)
 	}
 	c.leave()
@@ -409,6 +431,29 @@ func (h *exclusiveHolders) give(client int, key int64) {
 	} else {
 		delete(hs, client)
 	}
+}
+
+// holdersOf returns the clients that hold any of keys.
+func (h *exclusiveHolders) holdersOf(keys []int64) []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []int
+	for _, k := range keys {
+		for id := range h.byKey[k] {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// dump describes the holds, by key, for a log line.
+func (h *exclusiveHolders) dump() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprint(h.byKey)
 }
 
 // forget drops every hold of client.

@@ -22,6 +22,12 @@
 //   - abrupt kills: every few seconds the socket of a random client (half
 //     the time one holding a lock or lease or inside a transaction) is
 //     closed without a Terminate; the client reconnects.
+//   - with -kill-lock-conn D (under hold; off by default), lock-connection
+//     terminations: every D on average one of lockpool's lock connections
+//     that holds soak keys is terminated with pg_terminate_backend while
+//     the lock clients pause between operations; lockpool must end the
+//     sessions whose locks were there within 10 s, keep the others, and
+//     hand the keys on as usual (lockconns.go).
 //
 // A checker compares pg_locks with the clients' models every second: every
 // granted advisory lock must be held by a client that believes it holds that
@@ -78,7 +84,8 @@ type options struct {
 	lockpoolBin  string
 	keep         bool
 	inject       bool
-	advisory     string // the application's advisory_locks policy: pin or hold
+	advisory     string        // the application's advisory_locks policy: pin or hold
+	killLockConn time.Duration // under hold: mean pause between two lock-connection terminations (0: none)
 }
 
 func parseFlags() (*options, error) {
@@ -95,6 +102,7 @@ func parseFlags() (*options, error) {
 	flag.Int64Var(&o.seed, "seed", 0, "random seed (0 = from the clock)")
 	flag.StringVar(&o.lockpoolBin, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
 	flag.StringVar(&o.advisory, "advisory", "hold", "the application's advisory_locks policy, hold or pin (under hold the lock clients' locks live on lockpool's lock connections; under pin they pin the client's session)")
+	flag.DurationVar(&o.killLockConn, "kill-lock-conn", 0, "under -advisory hold, the mean pause between two terminations of a lockpool lock connection that holds soak keys (0, the default: none)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (config, lockpool.log)")
 	flag.BoolVar(&o.inject, "inject-faults", false, "self-test: halfway through, hold an advisory lock and write an overlapping lease hold behind lockpool's back (the run must FAIL)")
 	flag.Parse()
@@ -133,6 +141,11 @@ type soak struct {
 
 	killerSU *pgx.Conn // the killer's superuser connection (lease kill marks)
 
+	// lockGate pauses the lock clients between operations (they hold it
+	// shared around each one) while a lock connection is terminated.
+	lockGate      sync.RWMutex
+	lockConnKills atomic.Int64
+
 	lockOps  atomic.Int64
 	leaseOps atomic.Int64
 	kills    atomic.Int64
@@ -156,9 +169,11 @@ type soak struct {
 
 func (s *soak) stopping() bool { return s.stopped.Load() }
 
-func (s *soak) count(what string) {
+func (s *soak) count(what string) { s.countN(what, 1) }
+
+func (s *soak) countN(what string, n int64) {
 	s.mu.Lock()
-	s.counts[what]++
+	s.counts[what] += n
 	s.mu.Unlock()
 }
 
@@ -258,8 +273,8 @@ func run() int {
 		}
 		return c
 	}
-	checkSU, sampleSU, killerSU, finalSU := suConn(), suConn(), suConn(), suConn()
-	for _, c := range []*pgx.Conn{checkSU, sampleSU, killerSU, finalSU} {
+	checkSU, sampleSU, killerSU, finalSU, lockKillerSU := suConn(), suConn(), suConn(), suConn(), suConn()
+	for _, c := range []*pgx.Conn{checkSU, sampleSU, killerSU, finalSU, lockKillerSU} {
 		if c == nil {
 			return 2
 		}
@@ -311,6 +326,11 @@ func run() int {
 	}
 	bg.Add(1)
 	go func() { defer bg.Done(); s.runKiller(rand.New(rand.NewSource(rng.Int63())), all) }()
+	if o.advisory == "hold" && o.killLockConn > 0 {
+		lockKillRng := rand.New(rand.NewSource(rng.Int63()))
+		bg.Add(1)
+		go func() { defer bg.Done(); s.runLockConnKiller(lockKillRng, lockKillerSU, locks) }()
+	}
 	checkDone := make(chan struct{})
 	var checker sync.WaitGroup
 	checker.Add(1)
