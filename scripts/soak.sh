@@ -4,7 +4,8 @@
 # SOAK_MINUTES (default 10) runs mixed load through lockpool — pgbench -S
 # -c 8 -j 2, advisory-lock churn with try-locks (held on lockpool's lock
 # connections; pinned sessions with -advisory pin), lease churn, plain
-# transactions and abrupt client kills — while it samples lockpool's
+# transactions, abrupt client kills and, under hold, a terminated lock
+# connection every 20 s (-kill-lock-conn) — while it samples lockpool's
 # goroutines, open fds and RSS every 10 s and checks lock and lease
 # invariants. It prints a sample table and a summary and exits 1 on any
 # invariant violation, unexpected client error or growth trend.

@@ -25,8 +25,12 @@ import (
 // client holds is exact while the connection is chosen: its holders are
 // marked lost and forgotten by the exclusive-holder check before the
 // backend is terminated (lockpool may give their keys to others as soon as
-// it notices). A marked client's next operations must fail within
-// lossDeadline; one that still gets answers after that is a violation.
+// it notices). The pause lasts until lockpool's table (/debug/locks) no
+// longer lists a hold on that backend, at most lossDeadline: a client that
+// ran meanwhile could release its key there before lockpool noticed, and
+// then rightly keep its session. A marked client's next operations must
+// fail within lossDeadline; one that still gets answers after that is a
+// violation, and so is a table that still lists the dead backend.
 
 // lossDeadline is how long lockpool may take to end the session of a client
 // whose locks died with a terminated lock connection.
@@ -105,6 +109,25 @@ func (s *soak) killLockConn(rng *rand.Rand, su *pgx.Conn, clients []*lockClient)
 	}
 	s.lockConnKills.Add(1)
 	s.count("lock: lock connections terminated")
+	for deadline := time.Now().Add(lossDeadline); ; {
+		holds, err := s.lockpoolHolds()
+		if err != nil {
+			s.unexpectedf("lock-connection killer: /debug/locks: %v", err)
+			break
+		}
+		if !slices.ContainsFunc(holds, func(h tableHold) bool { return h.PID == uint32(pid) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.violatef("lock", "lockpool's lock table still lists holds on lock connection %d %v after it was terminated: %s", pid, lossDeadline, formatHolds(holds))
+			break
+		}
+		select {
+		case <-s.stopCh:
+			return
+		case <-time.After(10 * time.Millisecond): // polling lockpool's table; it has no signal to wait for
+		}
+	}
 	s.countN("lock: clients whose locks died with their lock connection", int64(len(marked)))
 	logf("terminated lock connection %d (soak keys %v); lock clients whose locks were there: %v; the model (key: client: holds) %s; lockpool's table %s",
 		pid, keysOf[pid], marked, model, table)
@@ -147,13 +170,19 @@ func (c *lockClient) checkLost() {
 	c.lostAt.Store(0)
 }
 
-// lockpoolTable is lockpool's lock table as /debug/locks shows it (its
-// clients' holds on its lock connections), compactly, for the log of a
-// termination: "client: key×count@pid …".
-func (s *soak) lockpoolTable() string {
+// tableHold is one hold in lockpool's lock table (/debug/locks).
+type tableHold struct {
+	Client string
+	Key    any
+	Count  int
+	PID    uint32 // the lock connection's backend
+}
+
+// lockpoolHolds reads lockpool's lock table from /debug/locks.
+func (s *soak) lockpoolHolds() ([]tableHold, error) {
 	resp, err := metricsClient.Get(s.e.AdminURL + "/debug/locks")
 	if err != nil {
-		return "(" + err.Error() + ")"
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var rep struct {
@@ -169,15 +198,42 @@ func (s *soak) lockpoolTable() string {
 	dec := json.NewDecoder(resp.Body)
 	dec.UseNumber()
 	if err := dec.Decode(&rep); err != nil {
-		return "(" + err.Error() + ")"
+		return nil, err
 	}
-	var b strings.Builder
+	var out []tableHold
 	for _, c := range rep.Held {
-		b.WriteString("[" + c.Client + ":")
 		for _, h := range c.Held {
-			fmt.Fprintf(&b, " %v×%d@%d", h.Key, h.Count, h.PID)
+			out = append(out, tableHold{Client: c.Client, Key: h.Key, Count: h.Count, PID: h.PID})
 		}
+	}
+	return out, nil
+}
+
+// formatHolds describes holds compactly: "[client: key×count@pid …]".
+func formatHolds(holds []tableHold) string {
+	var b strings.Builder
+	last := ""
+	for _, h := range holds {
+		if h.Client != last {
+			if last != "" {
+				b.WriteString("]")
+			}
+			b.WriteString("[" + h.Client + ":")
+			last = h.Client
+		}
+		fmt.Fprintf(&b, " %v×%d@%d", h.Key, h.Count, h.PID)
+	}
+	if last != "" {
 		b.WriteString("]")
 	}
 	return b.String()
+}
+
+// lockpoolTable is lockpool's lock table for the log of a termination.
+func (s *soak) lockpoolTable() string {
+	holds, err := s.lockpoolHolds()
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return formatHolds(holds)
 }

@@ -22,8 +22,8 @@
 //   - abrupt kills: every few seconds the socket of a random client (half
 //     the time one holding a lock or lease or inside a transaction) is
 //     closed without a Terminate; the client reconnects.
-//   - with -kill-lock-conn D (under hold; off by default), lock-connection
-//     terminations: every D on average one of lockpool's lock connections
+//   - under hold, lock-connection terminations: every -kill-lock-conn
+//     (20 s) on average one of lockpool's lock connections
 //     that holds soak keys is terminated with pg_terminate_backend while
 //     the lock clients pause between operations; lockpool must end the
 //     sessions whose locks were there within 10 s, keep the others, and
@@ -102,7 +102,7 @@ func parseFlags() (*options, error) {
 	flag.Int64Var(&o.seed, "seed", 0, "random seed (0 = from the clock)")
 	flag.StringVar(&o.lockpoolBin, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
 	flag.StringVar(&o.advisory, "advisory", "hold", "the application's advisory_locks policy, hold or pin (under hold the lock clients' locks live on lockpool's lock connections; under pin they pin the client's session)")
-	flag.DurationVar(&o.killLockConn, "kill-lock-conn", 0, "under -advisory hold, the mean pause between two terminations of a lockpool lock connection that holds soak keys (0, the default: none)")
+	flag.DurationVar(&o.killLockConn, "kill-lock-conn", 20*time.Second, "under -advisory hold, the mean pause between two terminations of a lockpool lock connection that holds soak keys (0: none)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (config, lockpool.log)")
 	flag.BoolVar(&o.inject, "inject-faults", false, "self-test: halfway through, hold an advisory lock and write an overlapping lease hold behind lockpool's back (the run must FAIL)")
 	flag.Parse()
