@@ -165,9 +165,7 @@ func (c *lockClient) checkLost() {
 		return
 	}
 	c.s.violatef("lock", "%s: its session still answers %v after the lock connection that held its locks was terminated (lockpool must end it)", c.name(), time.Since(at).Round(time.Millisecond))
-	c.dropAll(time.Now().Add(killGrace))
-	c.drop()
-	c.lostAt.Store(0)
+	c.cut(time.Now().Add(killGrace), "lock: sessions lockpool kept after their locks died (ended by the soak)", nil)
 }
 
 // tableHold is one hold in lockpool's lock table (/debug/locks).

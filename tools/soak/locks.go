@@ -161,27 +161,13 @@ func (c *lockClient) failed(op string, err error, ivs ...*testenv.LockHold) {
 	now := time.Now()
 	if at, ok := c.killed(); ok {
 		// lockpool has the grace from the moment the socket was closed.
-		end := at.Add(killGrace)
-		for _, iv := range ivs {
-			c.s.locks.Close(iv, end)
-		}
-		c.dropAll(end)
-		c.drop()
-		c.lostAt.Store(0)
-		c.s.count("lock: operations cut by a kill")
+		c.cut(at.Add(killGrace), "lock: operations cut by a kill", ivs)
 		return
 	}
 	if _, ok := c.lost(); ok {
 		// lockpool ended the session: it releases what the session held
 		// on its other lock connections at once.
-		end := now.Add(killGrace)
-		for _, iv := range ivs {
-			c.s.locks.Close(iv, end)
-		}
-		c.dropAll(end)
-		c.drop()
-		c.lostAt.Store(0)
-		c.s.count("lock: operations cut by a lost lock connection")
+		c.cut(now.Add(killGrace), "lock: operations cut by a lost lock connection", ivs)
 		return
 	}
 	if sqlState(err) == "53300" {
@@ -197,6 +183,19 @@ func (c *lockClient) failed(op string, err error, ivs ...*testenv.LockHold) {
 	}
 	c.dropAll(now.Add(killGrace))
 	c.drop()
+}
+
+// cut ends the client's connection after an operation that failed as the
+// soak expected (a kill, a lost lock connection): the operation's intervals
+// ivs and every hold close at end, and the client connects again.
+func (c *lockClient) cut(end time.Time, what string, ivs []*testenv.LockHold) {
+	for _, iv := range ivs {
+		c.s.locks.Close(iv, end)
+	}
+	c.dropAll(end)
+	c.drop()
+	c.lostAt.Store(0)
+	c.s.count(what)
 }
 
 func (c *lockClient) opTry(ctx context.Context, conn *pgx.Conn) {
