@@ -38,9 +38,18 @@ const lossDeadline = 10 * time.Second
 
 // lockConnKeysSQL lists the soak keys granted to lockpool's lock
 // connections, by backend.
-const lockConnKeysSQL = "SELECT l.pid, " + lockKeyExpr + " FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid" +
+var lockConnKeysSQL = "SELECT l.pid, " + lockKeyExpr + " FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid" +
 	" WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND a.application_name = $1 AND " +
-	lockKeyExpr + " BETWEEN 7700001 AND 7700006"
+	lockKeyExpr + fmt.Sprintf(" BETWEEN %d AND %d", lockKeyBase, lockKeyBase+lockKeyN-1)
+
+// lockConnKillNote describes the lock-connection terminations for the
+// printed settings of a run ("" when there are none).
+func (o *options) lockConnKillNote() string {
+	if o.advisory != "hold" || o.killLockConn <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", a lock connection terminated every %v on average", o.killLockConn)
+}
 
 // runLockConnKiller terminates a lock connection holding soak keys every
 // -kill-lock-conn (on average) until the soak stops.
@@ -107,7 +116,6 @@ func (s *soak) killLockConn(rng *rand.Rand, su *pgx.Conn, clients []*lockClient)
 		s.unexpectedf("lock-connection killer: terminate %d: %v", pid, err)
 		return
 	}
-	s.lockConnKills.Add(1)
 	s.count("lock: lock connections terminated")
 	for deadline := time.Now().Add(lossDeadline); ; {
 		holds, err := s.lockpoolHolds()

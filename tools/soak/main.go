@@ -143,8 +143,7 @@ type soak struct {
 
 	// lockGate pauses the lock clients between operations (they hold it
 	// shared around each one) while a lock connection is terminated.
-	lockGate      sync.RWMutex
-	lockConnKills atomic.Int64
+	lockGate sync.RWMutex
 
 	lockOps  atomic.Int64
 	leaseOps atomic.Int64
@@ -304,8 +303,8 @@ func run() int {
 	}
 
 	dur := time.Duration(o.minutes * float64(time.Minute))
-	logf("load for %v (seed %d): pgbench -S -c 8 -j 2, %d lock (advisory_locks: %s), %d lease, %d transaction clients, a kill every %v–%v",
-		dur, o.seed, o.lockClients, o.advisory, o.leaseClients, o.txnClients, o.killMin, o.killMax)
+	logf("load for %v (seed %d): pgbench -S -c 8 -j 2, %d lock (advisory_locks: %s), %d lease, %d transaction clients, a kill every %v–%v%s",
+		dur, o.seed, o.lockClients, o.advisory, o.leaseClients, o.txnClients, o.killMin, o.killMax, o.lockConnKillNote())
 	s.start = time.Now()
 	end := s.start.Add(dur)
 

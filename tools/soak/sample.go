@@ -368,8 +368,8 @@ func (s *soak) report(began time.Time, interrupted bool, stopNote string) report
 	p("== lockpool soak, %s UTC: go run ./tools/soak -minutes %g (seed %d) ==", began.UTC().Format("2006-01-02 15:04"), o.minutes, o.seed)
 	p("machine: %d CPUs, load average at the end %s; %s", runtime.NumCPU(), loadAvg(), runtime.Version())
 	p("lockpool: transaction mode, max_connections 8, max_pinned 3, wait_timeout 5s, leak_check_interval 5s, server.max_connections 20, leases.max_connections 2")
-	p("load: pgbench -S -c 8 -j 2 (restarted on exit); %d lock clients (keys %d..%d, lock_timeout %s); %d lease clients (%d names, ttl %d s); %d transaction clients; a kill every %v-%v",
-		o.lockClients, lockKeyBase, lockKeyBase+lockKeyN-1, lockTimeout, o.leaseClients, len(leaseNames), leaseTTL, o.txnClients, o.killMin, o.killMax)
+	p("load: pgbench -S -c 8 -j 2 (restarted on exit); %d lock clients (keys %d..%d, lock_timeout %s); %d lease clients (%d names, ttl %d s); %d transaction clients; a kill every %v-%v%s",
+		o.lockClients, lockKeyBase, lockKeyBase+lockKeyN-1, lockTimeout, o.leaseClients, len(leaseNames), leaseTTL, o.txnClients, o.killMin, o.killMax, o.lockConnKillNote())
 	if interrupted {
 		p("INTERRUPTED: the load stopped early")
 	}
