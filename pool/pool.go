@@ -84,6 +84,7 @@ type Manager struct {
 	server   config.Server
 	srvGen   uint64
 	apps     map[string]*appPool
+	lastApp  *appPool   // the one AcquireIdle found last (an entry of apps)
 	appList  []*appPool // every appPool ever created (removed ones stay, drained)
 	open     int        // instance-wide open count (same accounting as appPool.open)
 	waiting  int        // queued Acquire waiters over all apps
@@ -124,6 +125,7 @@ type appPool struct {
 	checking int
 	closing  int
 	idle     map[string]*idleStack // by database; most recently used on top
+	lastIdle *idleStack            // the stack popIdle or pushIdle used last (most applications use one database); in idle
 
 	waiters      waitQueue
 	pauseWaiters waitQueue // Acquire calls waiting for RESUME (pause.go)
@@ -135,7 +137,10 @@ type appPool struct {
 	waitCount, waitNanos atomic.Int64
 }
 
-type idleStack struct{ conns []*Conn }
+type idleStack struct {
+	db    string
+	conns []*Conn
+}
 
 // grant is what a waiter receives.
 type grant struct {
@@ -280,6 +285,7 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 		a.am = m.metrics.forApp(cfg.Name)
 	}
 	m.apps[cfg.Name] = a
+	m.lastApp = nil // it may be the one a replaces
 	m.appList = append(m.appList, a)
 	m.applyLimitLocked(a, true)
 	return a
@@ -416,7 +422,11 @@ type Liveness interface {
 // checks the connection's liveness.
 func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	m.mu.Lock()
-	a := m.apps[app]
+	a := m.lastApp
+	if a == nil || a.name != app {
+		a = m.apps[app]
+		m.lastApp = a
+	}
 	if m.closed || a == nil || a.removed || a.waiters.n > 0 || m.pause.on.Load() && m.pausedLocked(app) {
 		m.mu.Unlock()
 		return nil
@@ -759,7 +769,10 @@ func (m *Manager) unreserveLocked(a *appPool) {
 }
 
 func (a *appPool) popIdle(database string) *Conn {
-	st := a.idle[database]
+	st := a.lastIdle
+	if st == nil || st.db != database {
+		st = a.idle[database]
+	}
 	if st == nil || len(st.conns) == 0 {
 		return nil
 	}
@@ -768,14 +781,19 @@ func (a *appPool) popIdle(database string) *Conn {
 	st.conns[n] = nil
 	st.conns = st.conns[:n]
 	a.idleN--
+	a.lastIdle = st
 	return c
 }
 
 func (a *appPool) pushIdle(c *Conn) {
-	st := a.idle[c.Database]
-	if st == nil {
-		st = &idleStack{}
-		a.idle[c.Database] = st
+	st := a.lastIdle
+	if st == nil || st.db != c.Database {
+		st = a.idle[c.Database]
+		if st == nil {
+			st = &idleStack{db: c.Database}
+			a.idle[c.Database] = st
+		}
+		a.lastIdle = st
 	}
 	st.conns = append(st.conns, c)
 	c.state = stateIdle
@@ -1359,6 +1377,9 @@ func (m *Manager) sweepExpired(now time.Time) {
 			st.conns = kept
 			if len(kept) == 0 {
 				delete(a.idle, db)
+				if a.lastIdle == st {
+					a.lastIdle = nil
+				}
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
@@ -97,8 +98,15 @@ func (s *session) onParse(n int) error {
 	name, query := msg.Name, msg.SQL
 	rest := body[len(name)+1:] // query and parameter types, as on the wire
 	s.forgetVirtual(name)
+	if len(name) == 0 && s.unnamedPlain && bytes.Equal(rest, s.unnamedParse) {
+		// The unnamed statement again (drivers send it with every
+		// execution): what the checks below found for these very bytes
+		// still holds.
+		return s.sendUnnamedParse(body, s.unnamedBegin)
+	}
 	begins := txCommandOf(query) == txBegin
-	if changesSchema(query) {
+	schema := changesSchema(query)
+	if schema {
 		s.srv.stmts.retire()
 	}
 	f := analyze(query)
@@ -107,15 +115,22 @@ func (s *session) onParse(n int) error {
 			*s.unnamed = rewrite.Findings{}
 		}
 		s.unnamedParse = append(s.unnamedParse[:0], rest...)
-		s.unnamedBegin = begins
-		if err := s.toServer(replyParse, opPass); err != nil {
-			return s.attachFailed(err, false, begins)
-		}
-		s.unnamedHere = true
-		s.sout = wire.AppendFrame(s.sout, 'P', body)
-		return nil
+		s.unnamedPlain = !schema
+		return s.sendUnnamedParse(body, begins)
 	}
 	return s.onParseNoted(name, query, rest, begins, f)
+}
+
+// sendUnnamedParse sends an unnamed Parse that lockpool has nothing to say
+// about (s.unnamedParse holds its query and types).
+func (s *session) sendUnnamedParse(body []byte, begins bool) error {
+	s.unnamedBegin = begins
+	if err := s.toServer(replyParse, opPass); err != nil {
+		return s.attachFailed(err, false, begins)
+	}
+	s.unnamedHere = true
+	s.sout = wire.AppendFrame(s.sout, 'P', body)
+	return nil
 }
 
 // onParseNoted handles a Parse that names its statement or that the lexer
@@ -158,6 +173,7 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		}
 		*s.unnamed = f
 		s.unnamedParse = append(s.unnamedParse[:0], restCopy...)
+		s.unnamedPlain = false
 		s.unnamedBegin = begins
 		if err := s.toServer(replyParse, opPass); err != nil {
 			return s.attachFailed(err, false, begins)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/binary"
@@ -55,34 +56,19 @@ func (s *session) pump() error {
 				return err
 			}
 		}
-		typ, n, err := wire.ReadHeader(r)
-		if err != nil {
-			return s.serverLost(err)
-		}
-		if n > r.Size() && (typ == 'D' || typ == 'd') {
-			// A large row or COPY data: stream it without holding it.
-			if err := s.flushClient(); err != nil {
-				return err
-			}
-			if f := s.q.front(); f == nil || f.kind != replyQuery && f.kind != replyExecute {
-				return s.serverLost(fmt.Errorf("%w: %q with no query running", errServerProtocol, typ))
-			}
-			head := []byte{typ, byte((n + 4) >> 24), byte((n + 4) >> 16), byte((n + 4) >> 8), byte(n + 4)}
-			clientErr, srvErr := s.out.copyFrom(head, r, n)
-			if clientErr != nil {
-				return clientErr
-			}
-			if srvErr != nil {
-				return s.serverLost(srvErr)
-			}
-			continue
-		}
 		// The body is consumed here and valid until the next read of r;
 		// a safe point (which may give r to another session) runs only
 		// after the message was handled.
-		body, err := wire.ReadBody(r, n, &s.srvScratch)
-		if err != nil {
-			return s.serverLost(err)
+		typ, body, whole := wire.NextBuffered(r)
+		if !whole {
+			var streamed bool
+			var err error
+			if typ, body, streamed, err = s.readServerMessage(r); err != nil {
+				return err
+			}
+			if streamed {
+				continue
+			}
 		}
 		if err := s.onServerMessage(typ, body); err != nil {
 			return err
@@ -100,6 +86,38 @@ func (s *session) pump() error {
 		}
 	}
 	return nil
+}
+
+// readServerMessage reads the next server message when pump does not have
+// all of it buffered. A large DataRow or CopyData is streamed to the client
+// without being held (streamed: there is nothing more to handle).
+func (s *session) readServerMessage(r *bufio.Reader) (typ byte, body []byte, streamed bool, err error) {
+	typ, n, err := wire.ReadHeader(r)
+	if err != nil {
+		return 0, nil, false, s.serverLost(err)
+	}
+	if n > r.Size() && (typ == 'D' || typ == 'd') {
+		if err := s.flushClient(); err != nil {
+			return 0, nil, false, err
+		}
+		if f := s.q.front(); f == nil || f.kind != replyQuery && f.kind != replyExecute {
+			return 0, nil, false, s.serverLost(fmt.Errorf("%w: %q with no query running", errServerProtocol, typ))
+		}
+		head := []byte{typ, byte((n + 4) >> 24), byte((n + 4) >> 16), byte((n + 4) >> 8), byte(n + 4)}
+		clientErr, srvErr := s.out.copyFrom(head, r, n)
+		if clientErr != nil {
+			return 0, nil, false, clientErr
+		}
+		if srvErr != nil {
+			return 0, nil, false, s.serverLost(srvErr)
+		}
+		return 0, nil, true, nil
+	}
+	body, err = wire.ReadBody(r, n, &s.srvScratch)
+	if err != nil {
+		return 0, nil, false, s.serverLost(err)
+	}
+	return typ, body, false, nil
 }
 
 var errServerProtocol = errors.New("server sent an unexpected message")
@@ -180,11 +198,12 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		if typ != completionOf(f.kind) {
 			return errServerProtocol
 		}
-		r := s.popServer(false)
-		if r.kind == replyParse && r.added != "" {
-			s.srv.stmts.accepted(s.database, s.user, r.added)
+		if f.kind == replyParse && f.added != "" {
+			s.srv.stmts.accepted(s.database, s.user, f.added)
 		}
-		if r.op == opPass {
+		pass := f.op == opPass
+		s.dropServer()
+		if pass {
 			s.cout = append(s.cout, typ, 0, 0, 0, 4)
 		}
 	case replyDescribeStmt:
@@ -198,7 +217,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 				s.cout = wire.AppendFrame(s.cout, typ, body)
 			}
 			s.noteDescription(f, typ, body)
-			s.popServer(false)
+			s.dropServer()
 		default:
 			return errServerProtocol
 		}
@@ -207,14 +226,14 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return errServerProtocol
 		}
 		s.cout = wire.AppendFrame(s.cout, typ, body)
-		s.popServer(false)
+		s.dropServer()
 	case replyExecute:
 		switch typ {
 		case 'C', 'I', 's':
 			if f.op == opPass {
 				s.cout = wire.AppendFrame(s.cout, typ, body)
 			}
-			s.popServer(false)
+			s.dropServer()
 		case 'D', 'd', 'c', 'G', 'H', 'W':
 			s.noteCopy(f, typ)
 			s.cout = wire.AppendFrame(s.cout, typ, body)
@@ -304,6 +323,14 @@ func (s *session) popServer(failed bool) reply {
 		s.undo(r)
 	}
 	return r
+}
+
+// dropServer removes the front entry (a server reply that completed) when
+// nothing of it is needed any more: popServer without the copy.
+func (s *session) dropServer() {
+	if s.q.drop() && s.asked > 0 {
+		s.asked--
+	}
 }
 
 // undo reverts the bookkeeping of a message whose reply never came.

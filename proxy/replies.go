@@ -83,12 +83,21 @@ func (q *replyQueue) front() *reply {
 	return &q.items[q.head]
 }
 
-// pop removes the first entry.
+// pop removes the first entry and returns it.
 func (q *replyQueue) pop() reply {
 	r := q.items[q.head]
-	q.items[q.head] = reply{}
+	q.drop()
+	return r
+}
+
+// drop removes the first entry without returning it; it reports whether
+// the entry was the server's (not replyLocal).
+func (q *replyQueue) drop() (server bool) {
+	r := &q.items[q.head]
+	server = r.kind != replyLocal
+	*r = reply{}
 	q.head++
-	if r.kind != replyLocal {
+	if server {
 		q.server--
 	}
 	if q.head == len(q.items) {
@@ -99,7 +108,7 @@ func (q *replyQueue) pop() reply {
 			q.items = q.items[:0]
 		}
 	}
-	return r
+	return server
 }
 
 // kinds lists the queued kinds (for error messages).

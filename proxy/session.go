@@ -115,6 +115,7 @@ type session struct {
 	unnamedParse []byte            // the client's last unnamed Parse (query and types)
 	unnamedHere  bool              // the attached connection has it
 	unnamedBegin bool              // it opens a transaction block
+	unnamedPlain bool              // it has no findings (*unnamed is zero) and changes no schema: the same bytes again need no look
 	stmts        map[string]*stmt
 
 	// Settings read back at the next idle point.
@@ -270,7 +271,7 @@ func (s *session) turn() (ended bool) {
 				return false
 			}
 		}
-		typ, n, err := wire.ReadHeader(s.r)
+		typ, n, err := s.r.Header()
 		s.mustRead = false
 		if err != nil {
 			var pe *pgError

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -59,21 +61,12 @@ func changesSchema(sql []byte) bool {
 		if wordIs(w, "alter") || wordIs(w, "create") || wordIs(w, "drop") || wordIs(w, "import") {
 			return true
 		}
-		i := indexByte(sql, ';')
+		i := bytes.IndexByte(sql, ';')
 		if i < 0 {
 			return false
 		}
 		sql = sql[i+1:]
 	}
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // nextWord skips blanks, comments and opening parentheses and returns the

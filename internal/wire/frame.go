@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -120,6 +121,27 @@ func ReadBody(r BodyReader, n int, scratch *[]byte) ([]byte, error) {
 	return b[:n:n], nil
 }
 
+// NextBuffered cuts the next message off r when r has all of it buffered
+// (header and body), with no read: its type and body, valid until the next
+// read of r. ok is false when the message is not all there yet or its
+// length word is bad; ReadHeader and ReadBody then read it (or report it).
+func NextBuffered(r *bufio.Reader) (typ byte, body []byte, ok bool) {
+	k := r.Buffered()
+	if k < headerLen {
+		return 0, nil, false
+	}
+	b, _ := r.Peek(k) // buffered: no read
+	l := int(binary.BigEndian.Uint32(b[1:headerLen]))
+	if l < 4 || l+1 > k {
+		return 0, nil, false
+	}
+	_, _ = r.Discard(l + 1)
+	if l == 4 {
+		return b[0], nil, true // as ReadBody: no body is nil
+	}
+	return b[0], b[headerLen : l+1 : l+1], true
+}
+
 // ReadMessage reads one whole typed message: ReadHeader, then ReadBody.
 func ReadMessage(r BodyReader, scratch *[]byte) (typ byte, body []byte, err error) {
 	typ, n, err := ReadHeader(r)
@@ -155,6 +177,9 @@ func Frame(b []byte) (typ byte, body, rest []byte, err error) {
 // CString splits the NUL-terminated string at the start of b: s is the
 // string without its NUL, rest what follows. ok is false when b holds no NUL.
 func CString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) > 0 && b[0] == 0 {
+		return b[:0:0], b[1:], true // the empty name of unnamed statements and portals
+	}
 	i := bytes.IndexByte(b, 0)
 	if i < 0 {
 		return nil, nil, false

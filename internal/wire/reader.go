@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -279,9 +280,30 @@ func (b *Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Header reads and consumes the next message's header, as ReadHeader does;
+// a header already in the buffer is cut off it in place.
+func (b *Reader) Header() (typ byte, n int, err error) {
+	if b.w-b.r >= headerLen {
+		h := (*b.bp)[b.r : b.r+headerLen]
+		if l := binary.BigEndian.Uint32(h[1:]); l >= 4 && l <= MaxMessageLen {
+			b.r += headerLen
+			return h[0], int(l) - 4, nil
+		}
+	}
+	return ReadHeader(b)
+}
+
 // Body reads and consumes the n-byte body of the message whose header was
-// just read (ReadBody with the Reader's own scratch buffer).
-func (b *Reader) Body(n int) ([]byte, error) { return ReadBody(b, n, &b.scratch) }
+// just read (ReadBody with the Reader's own scratch buffer); a body already
+// in the buffer is cut off it in place.
+func (b *Reader) Body(n int) ([]byte, error) {
+	if n > 0 && b.w-b.r >= n {
+		p := (*b.bp)[b.r : b.r+n : b.r+n]
+		b.r += n
+		return p, nil
+	}
+	return ReadBody(b, n, &b.scratch)
+}
 
 // isTimeout reports a deadline error (net.Error and os.ErrDeadlineExceeded
 // both have Timeout).
