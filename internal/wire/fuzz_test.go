@@ -17,6 +17,7 @@ func frameSeeds(f *testing.F) {
 	f.Add([]byte("Q\x00\x00\x00\x03"), uint8(2))
 	f.Add([]byte("Q\x7f\xff\xff\xff"), uint8(5))
 	f.Add([]byte("S\x00\x00"), uint8(1))
+	f.Add([]byte("S\x00\x00\x00\x04d\x00\x00\x00\x06xy"), uint8(11)) // the second message buffered but for its last byte
 }
 
 // FuzzReadHeader reads headers over arbitrary bytes through bufio and
@@ -41,35 +42,56 @@ func FuzzReadHeader(f *testing.F) {
 	})
 }
 
-// FuzzFrame splits arbitrary bytes into messages three ways (Frame on the
-// slice, ReadMessage through bufio, ReadMessage through a Reader fed in
-// chunks): it never panics, never returns a body longer than what is left
-// of the input, and the three agree message by message.
+// FuzzFrame splits arbitrary bytes into messages five ways (Frame on the
+// slice; ReadMessage through bufio; ReadMessage through a Reader fed in
+// chunks; a Reader's own Header and Body, which cut buffered messages in
+// place; NextBuffered on a bufio.Reader fed in chunks, falling back to
+// ReadMessage as the session's relay does): it never panics, never returns
+// a body longer than what is left of the input, and all agree message by
+// message.
 func FuzzFrame(f *testing.F) {
 	frameSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
 		br := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		r := NewReader(chunkConn(data, int(chunk)), NewBufferPool(16), nil)
-		var s1, s2 []byte
+		r3 := NewReader(chunkConn(data, int(chunk)), NewBufferPool(16), nil)
+		br4 := bufio.NewReaderSize(chunkConn(data, int(chunk)), 16)
+		var s1, s2, s4 []byte
 		rest := data
 		for {
 			typ, body, next, err := Frame(rest)
-			typ1, body1, err1 := ReadMessage(br, &s1)
-			typ2, body2, err2 := ReadMessage(r, &s2)
+			var got [4]struct {
+				typ  byte
+				body []byte
+				err  error
+			}
+			got[0].typ, got[0].body, got[0].err = ReadMessage(br, &s1)
+			got[1].typ, got[1].body, got[1].err = ReadMessage(r, &s2)
+			typ3, n3, err3 := r3.Header()
+			if err3 == nil {
+				got[2].body, err3 = r3.Body(n3)
+			}
+			got[2].typ, got[2].err = typ3, err3
+			if typ4, body4, ok := NextBuffered(br4); ok {
+				got[3].typ, got[3].body = typ4, body4
+			} else {
+				got[3].typ, got[3].body, got[3].err = ReadMessage(br4, &s4)
+			}
 			if err != nil {
-				if err1 == nil || err2 == nil {
-					t.Fatalf("Frame: %v; bufio: %v; Reader: %v", err, err1, err2)
-				}
-				if errors.Is(err, ErrProtocol) != errors.Is(err1, ErrProtocol) || errors.Is(err, ErrProtocol) != errors.Is(err2, ErrProtocol) {
-					t.Fatalf("Frame: %v; bufio: %v; Reader: %v", err, err1, err2)
+				for i, g := range got {
+					if g.err == nil || errors.Is(err, ErrProtocol) != errors.Is(g.err, ErrProtocol) {
+						t.Fatalf("Frame: %v; way %d: %v", err, i+1, g.err)
+					}
 				}
 				return
 			}
 			if len(body) > len(rest)-5 || len(next) != len(rest)-5-len(body) {
 				t.Fatalf("body of %d and rest %d from %d bytes", len(body), len(next), len(rest))
 			}
-			if err1 != nil || err2 != nil || typ1 != typ || typ2 != typ || !bytes.Equal(body1, body) || !bytes.Equal(body2, body) {
-				t.Fatalf("Frame: %q %q; bufio: %q %q %v; Reader: %q %q %v", typ, body, typ1, body1, err1, typ2, body2, err2)
+			for i, g := range got {
+				if g.err != nil || g.typ != typ || !bytes.Equal(g.body, body) || (g.body == nil) != (len(body) == 0) { // readers give no body as nil
+					t.Fatalf("Frame: %q %q; way %d: %q %q %v", typ, body, i+1, g.typ, g.body, g.err)
+				}
 			}
 			rest = next
 		}
