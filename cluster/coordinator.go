@@ -541,7 +541,7 @@ func (c *Coordinator) balance(ctx context.Context, a App) error {
 			return err
 		}
 	}
-	var newSlots, newPins, share, pinShare int
+	var newSlots, newPins, share, pinShare, open int
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE cluster = $1 AND app = $2 FOR UPDATE`, c.t.apps), c.opts.Cluster, a.Name); err != nil {
 			return err
@@ -640,7 +640,8 @@ WHERE p.usename = $4::text AND p.pid = ANY(r.pids)`, c.t.slots),
 			c.opts.Cluster, a.Name, c.id, a.User).Scan(&present); err != nil {
 			return err
 		}
-		newSlots = nextSlots(a.Budget, held, myRow.slots, share, max(st.Open, present+st.Dialing))
+		open = max(st.Open, present+st.Dialing)
+		newSlots = nextSlots(a.Budget, held, myRow.slots, share, open)
 		newPins = nextSlots(a.Pins, heldPins, myRow.pins, pinShare, st.Pinned)
 		// pids keeps the backends still there (re-read under the row lock,
 		// so a pid recordDial appended meanwhile is kept).
@@ -657,7 +658,12 @@ WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
 	}
 	c.mu.Lock()
 	c.slots[a.Name] = struct{ c, p int }{newSlots, newPins}
-	c.dialOK[a.Name] = true
+	// The gate opens only while the row covers everything the pool counts
+	// open, dials waiting at the gate included: a row that could not be
+	// raised that far (nothing free) lets none of them through — they wait
+	// at the gate (or their wait_timeout ends), as a dial past the budget
+	// would otherwise put one backend too many on the server.
+	c.dialOK[a.Name] = newSlots >= open
 	c.mu.Unlock()
 	if newSlots != cur.c || newPins != cur.p {
 		c.log.Debug("cluster: slots moved", "app", a.Name, "slots", newSlots, "pins", newPins, "was", cur.c)

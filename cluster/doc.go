@@ -49,9 +49,11 @@
 //     pg_terminate_backend, and deletes the row at a later tick when none
 //     is left. This holds even if the "dead" instance still runs: its
 //     backends are gone and it can record no new one.
-//   - An instance dials only while its row is in place and its last
-//     successful heartbeat was sent less than ttl/2 ago (its own monotonic
-//     clock), and each dial attempt ends by that send + 0.9 × ttl
+//   - An instance dials only while its row is in place and covers every
+//     connection its pool counts open (dials waiting at the gate included:
+//     a row that could not be raised that far lets none through), and its
+//     last successful heartbeat was sent less than ttl/2 ago (its own
+//     monotonic clock), and each dial attempt ends by that send + 0.9 × ttl
 //     (pool.Manager.DialGate): no dial of it is in flight when the others
 //     may take it for dead. Each tick with a stale heartbeat its limits
 //     fall to the connections it still has open. When PostgreSQL is

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +107,7 @@ type backendSampler struct {
 func sampleBackends(t *testing.T, role string, budget int) *backendSampler {
 	t.Helper()
 	su := superConn(t, "postgres")
+	suApp := superConn(t, "appdb") // the cluster tables, for the picture of a sample over the budget
 	s := &backendSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	where := fmt.Sprintf("usename = '%s' AND application_name NOT LIKE 'lockpool%%'", role)
 	go func() {
@@ -126,7 +128,7 @@ func sampleBackends(t *testing.T, role string, budget int) *backendSampler {
 			s.samples++
 			s.max = max(s.max, n)
 			if n > budget {
-				s.over = append(s.over, fmt.Sprintf("%s: %d backends", time.Now().Format("15:04:05.000"), n))
+				s.over = append(s.over, fmt.Sprintf("%s: %d backends %s", time.Now().Format("15:04:05.000"), n, backendsPicture(su, suApp, role, where)))
 			}
 			s.mu.Unlock()
 		}
@@ -138,6 +140,40 @@ func sampleBackends(t *testing.T, role string, budget int) *backendSampler {
 func (s *backendSampler) finish() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
+}
+
+// backendsPicture describes role's backends and the cluster's slot rows
+// (which backend each instance recorded) for a sample over the budget, so
+// a failure names the backend too many.
+func backendsPicture(su, suApp *pgx.Conn, role, where string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var b strings.Builder
+	rows, err := su.Query(ctx, "SELECT pid, application_name, backend_start::time::text, coalesce(state, '') FROM pg_stat_activity WHERE "+where+" ORDER BY backend_start")
+	if err == nil {
+		for rows.Next() {
+			var pid int32
+			var app, start, state string
+			if rows.Scan(&pid, &app, &start, &state) == nil {
+				fmt.Fprintf(&b, "[pid %d %q from %s %s]", pid, app, start, state)
+			}
+		}
+		rows.Close()
+	}
+	rows, err = suApp.Query(ctx, fmt.Sprintf("SELECT instance, slots, pids::text FROM %s.cluster_slots ORDER BY instance", role))
+	if err != nil {
+		fmt.Fprintf(&b, " (slot rows: %v)", err)
+	} else {
+		for rows.Next() {
+			var inst, pids string
+			var slots int
+			if rows.Scan(&inst, &slots, &pids) == nil {
+				fmt.Fprintf(&b, " row %s: %d slots, pids %s;", inst, slots, pids)
+			}
+		}
+		rows.Close()
+	}
+	return b.String()
 }
 
 // check stops the sampler and fails t if any sample exceeded the budget.
