@@ -315,10 +315,8 @@ func (s *session) noteCopy(f *reply, typ byte) {
 // popServer removes the front entry (a server reply), undoing what it
 // registered when its message failed or was skipped.
 func (s *session) popServer(failed bool) reply {
-	r := s.q.pop()
-	if r.kind != replyLocal && s.asked > 0 {
-		s.asked--
-	}
+	r := *s.q.front()
+	s.dropServer()
 	if failed {
 		s.undo(r)
 	}
