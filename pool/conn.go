@@ -1,16 +1,16 @@
 package pool
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"os"
 	"time"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
-// readerSize is the size of the bufio.Reader every Conn gets on its socket.
+// readerSize is the size of the read buffer every Conn's Reader keeps.
 const readerSize = 16 << 10
 
 // livenessAfter is how long a connection must have been idle before it is
@@ -27,7 +27,7 @@ const terminateTimeout = time.Second
 // when handed out (ReadyForQuery 'I' already consumed).
 type Conn struct {
 	Net           net.Conn          // raw socket (after login, TLS if negotiated); the proxy reads/writes it directly
-	Reader        *bufio.Reader     // 16 KiB reader on Net owned by this conn; all server messages are read through it
+	Reader        *wire.Reader      // 16 KiB reader on Net owned by this conn; all server messages are read through it (it never sets a read deadline: whoever sets one on Net clears it)
 	PID           uint32            // backend process id
 	SecretKey     []byte            // cancel key from BackendKeyData
 	App           string            // application name
@@ -50,6 +50,9 @@ type Conn struct {
 	// keepInstSlot: closing this conn frees its application slot only; its
 	// instance slot was handed to another application's dial.
 	keepInstSlot bool
+	// early holds what a dial read past the login's ReadyForQuery; the
+	// Reader returns it first.
+	early []byte
 }
 
 type connState uint8
@@ -63,7 +66,15 @@ const (
 	stateClosed                    // gone (or its slot was transferred to a dialer)
 )
 
-func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReaderSize(nc, readerSize) }
+// newReader returns a server connection's Reader: it keeps its buffer for
+// the life of the connection (no release delay, so it never touches the
+// read deadline) and starts with early, bytes already read from nc.
+func newReader(nc net.Conn, bufs *wire.BufferPool, early []byte) *wire.Reader {
+	r := wire.NewReader(nc, bufs, early)
+	r.SetReleaseAfter(0)
+	r.Borrow()
+	return r
+}
 
 var terminateMsg = []byte{'X', 0, 0, 0, 4}
 
@@ -120,9 +131,9 @@ func (c *Conn) aliveAfterIdle(lv Liveness, now func() time.Time) bool {
 	return now().Sub(c.idleSince) <= livenessAfter || c.alive()
 }
 
-// deadlineAlive is the portable fallback: a bufio Peek with a 1 ms
-// deadline. A timeout means alive. bufio.Reader.Peek returns and clears the
-// error (readErr), so the reader stays usable afterwards.
+// deadlineAlive is the portable fallback: a Peek with a 1 ms deadline. A
+// timeout means alive; the Reader keeps no timeout error, so it stays
+// usable afterwards.
 func deadlineAlive(c *Conn) bool {
 	if err := c.Net.SetReadDeadline(time.Now().Add(time.Millisecond)); err != nil {
 		return false

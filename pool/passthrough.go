@@ -80,7 +80,7 @@ func scramDial(ctx context.Context, srv config.Server, app AppConfig, database s
 	}
 	br := bufio.NewReaderSize(nc, 16<<10)
 	fe := pgproto3.NewFrontend(br, nc)
-	conn := &Conn{Net: nc, Reader: br, StartupParams: map[string]string{}}
+	conn := &Conn{Net: nc, StartupParams: map[string]string{}}
 	var sc *scramClient
 	for {
 		msg, err := fe.Receive()
@@ -130,6 +130,10 @@ func scramDial(ctx context.Context, srv config.Server, app AppConfig, database s
 			return nil, pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.ReadyForQuery:
 			_ = nc.SetDeadline(time.Time{})
+			if n := br.Buffered(); n > 0 { // the Reader made at registration starts with them
+				b, _ := br.Peek(n)
+				conn.early = append([]byte(nil), b...)
+			}
 			ok = true
 			return conn, nil
 		default:

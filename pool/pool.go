@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // Errors returned by the Manager. Acquire and AcquirePin wrap them; test
@@ -109,7 +110,8 @@ type Manager struct {
 	janitorDone chan struct{}
 	closeOnce   sync.Once
 
-	dialSem chan struct{} // server.dial_concurrency tokens
+	dialSem chan struct{}    // server.dial_concurrency tokens
+	bufs    *wire.BufferPool // the read buffers of the server connections' Readers
 }
 
 type appPool struct {
@@ -212,6 +214,7 @@ func New(opts Options) (*Manager, error) {
 		stopJanitor: make(chan struct{}),
 		janitorDone: make(chan struct{}),
 		dialSem:     make(chan struct{}, max(opts.Server.DialConcurrency, 1)),
+		bufs:        wire.NewBufferPool(readerSize),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -719,7 +722,8 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 		if _, isTLS := c.Net.(*tls.Conn); !isTLS {
 			c.Net = evloop.Wrap(c.Net) // an event loop can adopt it (a TLS conn was wrapped below TLS at dial)
 		}
-		c.Reader = newReader(c.Net)
+		c.Reader = newReader(c.Net, m.bufs, c.early)
+		c.early = nil
 	}
 	if c.App == "" {
 		c.App = cfg.Name

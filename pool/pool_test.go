@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // ---------------------------------------------------------------- fakes
@@ -857,7 +858,7 @@ func TestLivenessCheck(t *testing.T) {
 		t.Fatal("live conn was discarded")
 	}
 	go func() { _, _ = f.peer(c.PID).Write([]byte("Z")) }()
-	b, err := c2.Reader.ReadByte()
+	b, err := readByte(c2.Reader)
 	if err != nil || b != 'Z' {
 		t.Fatalf("read after liveness check: %q, %v", b, err)
 	}
@@ -919,7 +920,7 @@ func TestLivenessOnTCP(t *testing.T) {
 	defer nc.Close()
 	s := <-accepted
 	c := &Conn{Net: nc}
-	c.Reader = newReader(nc)
+	c.Reader = newReader(nc, wire.NewBufferPool(readerSize), nil)
 	if !c.alive() {
 		t.Fatal("quiet TCP conn reported dead")
 	}
@@ -927,7 +928,7 @@ func TestLivenessOnTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "data seen", func() bool { return !c.alive() })
-	b, err := c.Reader.ReadByte()
+	b, err := readByte(c.Reader)
 	if err != nil || b != 'x' {
 		t.Fatalf("peek consumed data: %q %v", b, err)
 	}
@@ -1330,4 +1331,14 @@ func TestParkedWaitAllocatesNothing(t *testing.T) {
 	}
 	expectStats(t, m, "a", Stats{Open: 1, InUse: 1})
 	m.Release(held)
+}
+
+// readByte reads one byte through a server connection's Reader.
+func readByte(r *wire.Reader) (byte, error) {
+	b, err := r.Peek(1)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = r.Discard(1)
+	return b[0], nil
 }

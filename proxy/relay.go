@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/binary"
@@ -59,7 +58,7 @@ func (s *session) pump() error {
 		// The body is consumed here and valid until the next read of r;
 		// a safe point (which may give r to another session) runs only
 		// after the message was handled.
-		typ, body, whole := wire.NextBuffered(r)
+		typ, body, whole := r.Next()
 		if !whole {
 			var streamed bool
 			var err error
@@ -91,7 +90,7 @@ func (s *session) pump() error {
 // readServerMessage reads the next server message when pump does not have
 // all of it buffered. A large DataRow or CopyData is streamed to the client
 // without being held (streamed: there is nothing more to handle).
-func (s *session) readServerMessage(r *bufio.Reader) (typ byte, body []byte, streamed bool, err error) {
+func (s *session) readServerMessage(r *wire.Reader) (typ byte, body []byte, streamed bool, err error) {
 	typ, n, err := wire.ReadHeader(r)
 	if err != nil {
 		return 0, nil, false, s.serverLost(err)

@@ -11,6 +11,7 @@
 #   scripts/instructions.sh                  # lockpool (built here) and PgBouncer, simple and extended
 #   N=6000 MODES=extended TARGETS=lockpool scripts/instructions.sh
 #   LOCKPOOL=/tmp/lockpool-old scripts/instructions.sh   # another build
+#   KEEP=/tmp/cg scripts/instructions.sh     # keep the callgrind profiles there (callgrind_annotate)
 #
 # Needs valgrind, PostgreSQL 15's server binaries, pgbench and (for its
 # rows) pgbouncer; run as root it runs PostgreSQL and PgBouncer as postgres.
@@ -109,6 +110,10 @@ count() {
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
 	local total
 	total="$(cat "$out".* 2>/dev/null | awk '/^totals:/ {t += $2} END {print t + 0}')"
+	if [ -n "${KEEP:-}" ]; then
+		mkdir -p "$KEEP"
+		cp "$out".* "$KEEP/" 2>/dev/null || true
+	fi
 	printf '%-9s %-8s %8.0f instructions per transaction (%d transactions)\n' "$target" "$mode" "$(echo "$total / $N" | bc -l)" "$N"
 }
 for mode in $MODES; do

@@ -1,8 +1,8 @@
 // Package wire is lockpool's framing layer for the PostgreSQL protocol 3.0:
-// reading typed messages (ReadHeader, ReadBody, ReadMessage, Frame,
-// NextBuffered for a message a bufio.Reader already holds whole, and the
-// client-side Reader that borrows its buffer only while data flows; its
-// Header and Body cut buffered messages in place),
+// reading typed messages (ReadHeader, ReadBody, ReadMessage, Frame, and
+// Reader, the buffered reader of client and server connections: a client's
+// borrows its buffer only while data flows, a server connection's keeps
+// one; its Next, Header and Body cut buffered messages in place),
 // appending messages (the Append functions), and zero-copy views of the
 // messages lockpool inspects (ParseQuery, ParseParse, ParseBind,
 // ParseDescribe, ParseClose, ParseExecute on the frontend side;
@@ -12,7 +12,7 @@
 // # How long a body or a view is valid
 //
 // One rule for everything this package hands out: a body returned by
-// ReadBody, ReadMessage, NextBuffered, Reader.Body or Reader.Peek aliases
+// ReadBody, ReadMessage, Reader.Next, Reader.Body or Reader.Peek aliases
 // the reader's buffer and is valid until the next call on that reader (any
 // method: a read, Peek, Discard, Release). A view (Query, Parse, Bind, ...)
 // aliases the body it was parsed from and lives exactly as long as that

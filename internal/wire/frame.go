@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -119,27 +118,6 @@ func ReadBody(r BodyReader, n int, scratch *[]byte) ([]byte, error) {
 		*scratch = b
 	}
 	return b[:n:n], nil
-}
-
-// NextBuffered cuts the next message off r when r has all of it buffered
-// (header and body), with no read: its type and body, valid until the next
-// read of r. ok is false when the message is not all there yet or its
-// length word is bad; ReadHeader and ReadBody then read it (or report it).
-func NextBuffered(r *bufio.Reader) (typ byte, body []byte, ok bool) {
-	k := r.Buffered()
-	if k < headerLen {
-		return 0, nil, false
-	}
-	b, _ := r.Peek(k) // buffered: no read
-	l := int(binary.BigEndian.Uint32(b[1:headerLen]))
-	if l < 4 || l+1 > k {
-		return 0, nil, false
-	}
-	_, _ = r.Discard(l + 1)
-	if l == 4 {
-		return b[0], nil, true // as ReadBody: no body is nil
-	}
-	return b[0], b[headerLen : l+1 : l+1], true
 }
 
 // ReadMessage reads one whole typed message: ReadHeader, then ReadBody.

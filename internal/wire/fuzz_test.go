@@ -45,8 +45,8 @@ func FuzzReadHeader(f *testing.F) {
 // FuzzFrame splits arbitrary bytes into messages five ways (Frame on the
 // slice; ReadMessage through bufio; ReadMessage through a Reader fed in
 // chunks; a Reader's own Header and Body, which cut buffered messages in
-// place; NextBuffered on a bufio.Reader fed in chunks, falling back to
-// ReadMessage as the session's relay does): it never panics, never returns
+// place; Next on a Reader fed in chunks, falling back to ReadMessage as
+// the session's relay does): it never panics, never returns
 // a body longer than what is left of the input, and all agree message by
 // message.
 func FuzzFrame(f *testing.F) {
@@ -55,7 +55,9 @@ func FuzzFrame(f *testing.F) {
 		br := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		r := NewReader(chunkConn(data, int(chunk)), NewBufferPool(16), nil)
 		r3 := NewReader(chunkConn(data, int(chunk)), NewBufferPool(16), nil)
-		br4 := bufio.NewReaderSize(chunkConn(data, int(chunk)), 16)
+		r4 := NewReader(chunkConn(data, int(chunk)), NewBufferPool(16), nil)
+		r4.SetReleaseAfter(0) // as a server connection's
+		r4.Borrow()
 		var s1, s2, s4 []byte
 		rest := data
 		for {
@@ -72,10 +74,10 @@ func FuzzFrame(f *testing.F) {
 				got[2].body, err3 = r3.Body(n3)
 			}
 			got[2].typ, got[2].err = typ3, err3
-			if typ4, body4, ok := NextBuffered(br4); ok {
+			if typ4, body4, ok := r4.Next(); ok {
 				got[3].typ, got[3].body = typ4, body4
 			} else {
-				got[3].typ, got[3].body, got[3].err = ReadMessage(br4, &s4)
+				got[3].typ, got[3].body, got[3].err = ReadMessage(r4, &s4)
 			}
 			if err != nil {
 				for i, g := range got {

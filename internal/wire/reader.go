@@ -255,16 +255,17 @@ func (b *Reader) Discard(n int) (int, error) {
 }
 
 // Read reads into p, from the buffer first. With the buffer empty, a read
-// of at least Size bytes goes straight to the connection without one.
+// of at least Size bytes goes straight to the connection (a Reader that may
+// release its buffer gives it back first).
 func (b *Reader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	if b.w == b.r {
-		if b.bp != nil && len(p) >= b.pool.size {
+		if b.bp != nil && len(p) >= b.pool.size && b.releaseAfter > 0 {
 			b.Release()
 		}
-		if b.bp == nil {
+		if b.bp == nil || len(p) >= b.pool.size {
 			if b.err != nil {
 				return 0, b.err
 			}
@@ -278,6 +279,28 @@ func (b *Reader) Read(p []byte) (int, error) {
 	n := copy(p, (*b.bp)[b.r:b.w])
 	b.r += n
 	return n, nil
+}
+
+// Next cuts the next message off the buffer in place when all of it is
+// there (header and body), with no read: its type and body (nil when
+// empty), valid until the next call on the Reader. ok is false when the
+// message is not all buffered or its length word is bad; Header and Body
+// (or ReadHeader and ReadBody) then read it, or report it.
+func (b *Reader) Next() (typ byte, body []byte, ok bool) {
+	k := b.w - b.r
+	if k < headerLen {
+		return 0, nil, false
+	}
+	buf := (*b.bp)[b.r:b.w]
+	l := int(binary.BigEndian.Uint32(buf[1:headerLen]))
+	if l < 4 || l+1 > k {
+		return 0, nil, false
+	}
+	b.r += l + 1
+	if l == 4 {
+		return buf[0], nil, true // as Body: no body is nil
+	}
+	return buf[0], buf[headerLen : l+1 : l+1], true
 }
 
 // Header reads and consumes the next message's header, as ReadHeader does;
