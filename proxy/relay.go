@@ -60,6 +60,16 @@ func (s *session) pump() error {
 		// after the message was handled.
 		typ, body, whole := r.Next()
 		if !whole {
+			// Read until the message is all buffered, when it fits.
+			filled, err := r.Fill()
+			if err != nil {
+				return s.serverLost(err)
+			}
+			if filled {
+				typ, body, whole = r.Next()
+			}
+		}
+		if !whole {
 			var streamed bool
 			var err error
 			if typ, body, streamed, err = s.readServerMessage(r); err != nil {

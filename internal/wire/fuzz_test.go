@@ -45,8 +45,8 @@ func FuzzReadHeader(f *testing.F) {
 // FuzzFrame splits arbitrary bytes into messages five ways (Frame on the
 // slice; ReadMessage through bufio; ReadMessage through a Reader fed in
 // chunks; a Reader's own Header and Body, which cut buffered messages in
-// place; Next on a Reader fed in chunks, falling back to ReadMessage as
-// the session's relay does): it never panics, never returns
+// place; Next and Fill on a Reader fed in chunks, falling back to
+// ReadMessage as the session's relay does): it never panics, never returns
 // a body longer than what is left of the input, and all agree message by
 // message.
 func FuzzFrame(f *testing.F) {
@@ -74,8 +74,18 @@ func FuzzFrame(f *testing.F) {
 				got[2].body, err3 = r3.Body(n3)
 			}
 			got[2].typ, got[2].err = typ3, err3
-			if typ4, body4, ok := r4.Next(); ok {
-				got[3].typ, got[3].body = typ4, body4
+			typ4, body4, ok := r4.Next()
+			if !ok {
+				if filled, err := r4.Fill(); filled {
+					typ4, body4, ok = r4.Next()
+				} else if err != nil {
+					got[3].err, ok = err, true // reported: the input ends in this message
+				}
+			}
+			if ok {
+				if got[3].err == nil {
+					got[3].typ, got[3].body = typ4, body4
+				}
 			} else {
 				got[3].typ, got[3].body, got[3].err = ReadMessage(r4, &s4)
 			}

@@ -303,6 +303,31 @@ func (b *Reader) Next() (typ byte, body []byte, ok bool) {
 	return buf[0], buf[headerLen : l+1 : l+1], true
 }
 
+// Fill reads until the next message is all in the buffer, when it can be:
+// after ok, Next returns it. ok is false, with nothing read, when the
+// message's length word is bad or the message is larger than the buffer;
+// Header and Body (or ReadHeader and ReadBody) then read it, or report it.
+// An error is the read's (io.ErrUnexpectedEOF for an end inside a message).
+func (b *Reader) Fill() (ok bool, err error) {
+	for {
+		if k := b.w - b.r; k >= headerLen {
+			l := int(binary.BigEndian.Uint32((*b.bp)[b.r+1 : b.r+headerLen]))
+			if l < 4 || l+1 > b.pool.size {
+				return false, nil
+			}
+			if l+1 <= k {
+				return true, nil
+			}
+		}
+		if err := b.fill(); err != nil {
+			if err == io.EOF && b.w > b.r {
+				err = io.ErrUnexpectedEOF // the end came inside a message
+			}
+			return false, err
+		}
+	}
+}
+
 // Header reads and consumes the next message's header, as ReadHeader does;
 // a header already in the buffer is cut off it in place.
 func (b *Reader) Header() (typ byte, n int, err error) {
