@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 type pinOutcome int
@@ -72,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 		Help: "Acquires that waited wait_timeout for a server connection and gave up (the client got 53300).",
 	}, []string{"app"})
 	mt.unreachable = newUnreachableGauge()
-	cs := []prometheus.Collector{mt.wait, mt.pins, mt.waitTimeouts, mt.unreachable, &connCollector{m: m}}
+	cs := []prometheus.Collector{&waitCollector{vec: mt.wait, m: m}, mt.pins, mt.waitTimeouts, mt.unreachable, &connCollector{m: m}}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, r := range cs[:i] {
@@ -90,6 +91,55 @@ func (mt *metrics) forApp(app string) appMetrics {
 		am.pins[i] = mt.pins.WithLabelValues(app, pinOutcomeNames[i])
 	}
 	return am
+}
+
+// waitCollector is lockpool_pool_wait_seconds: the histogram of the waits
+// observed (Acquire's, queued or not), plus each application's immediate
+// grants (AcquireIdle's, counted under the manager's lock with no atomic
+// operation), which it adds at scrape time as waits of zero: to the count
+// and to every bucket, nothing to the sum.
+type waitCollector struct {
+	vec *prometheus.HistogramVec
+	m   *Manager
+}
+
+func (wc *waitCollector) Describe(ch chan<- *prometheus.Desc) { wc.vec.Describe(ch) }
+
+func (wc *waitCollector) Collect(ch chan<- prometheus.Metric) {
+	immediate := make(map[string]uint64)
+	wc.m.mu.Lock()
+	for _, a := range wc.m.appList {
+		immediate[a.name] += uint64(a.immediate)
+	}
+	wc.m.mu.Unlock()
+	got := make(chan prometheus.Metric)
+	go func() {
+		wc.vec.Collect(got)
+		close(got)
+	}()
+	for pm := range got {
+		var d dto.Metric
+		if err := pm.Write(&d); err != nil || d.Histogram == nil {
+			ch <- pm
+			continue
+		}
+		app := ""
+		for _, lp := range d.Label {
+			if lp.GetName() == "app" {
+				app = lp.GetValue()
+			}
+		}
+		n, h := immediate[app], d.Histogram
+		if n == 0 {
+			ch <- pm
+			continue
+		}
+		buckets := make(map[float64]uint64, len(h.Bucket))
+		for _, b := range h.Bucket {
+			buckets[b.GetUpperBound()] = b.GetCumulativeCount() + n
+		}
+		ch <- prometheus.MustNewConstHistogram(pm.Desc(), h.GetSampleCount()+n, h.GetSampleSum(), buckets, app)
+	}
 }
 
 var (

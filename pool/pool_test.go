@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -1341,4 +1343,58 @@ func readByte(r *wire.Reader) (byte, error) {
 	}
 	_, _ = r.Discard(1)
 	return b[0], nil
+}
+
+// TestWaitHistogramCountsImmediateGrants: AcquireIdle's grants, counted
+// without touching the histogram, show in lockpool_pool_wait_seconds as
+// waits of zero (the count and every bucket, not the sum) and in
+// WaitTotals, next to Acquire's observed waits.
+func TestWaitHistogramCountsImmediateGrants(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := start(t, setup{server: srv(10), apps: []AppConfig{app("a", 1, 0, time.Second)}, reg: reg})
+	m.Release(mustAcquire(t, m, "a", "db")) // dials: one observed wait
+	base, _ := m.WaitTotals("a")
+	for i := 1; i <= 3; i++ {
+		c := m.AcquireIdle("a", "db", nil)
+		if c == nil {
+			t.Fatal("AcquireIdle found no idle connection")
+		}
+		m.Release(c)
+		hist := gatherHistogram(t, reg, "lockpool_pool_wait_seconds", "a")
+		if got, want := hist.GetSampleCount(), uint64(base)+uint64(i); got != want {
+			t.Fatalf("after %d immediate grants: count %d, want %d", i, got, want)
+		}
+		for _, b := range hist.GetBucket() {
+			if b.GetCumulativeCount() < uint64(i) {
+				t.Fatalf("bucket le=%g holds %d, want at least the %d immediate grants", b.GetUpperBound(), b.GetCumulativeCount(), i)
+			}
+		}
+		if n, _ := m.WaitTotals("a"); n != int64(base)+int64(i) {
+			t.Fatalf("WaitTotals = %d, want %d", n, int64(base)+int64(i))
+		}
+	}
+	_, waited := m.WaitTotals("a")
+	if sum := gatherHistogram(t, reg, "lockpool_pool_wait_seconds", "a").GetSampleSum(); math.Abs(sum-waited.Seconds()) > 1e-9 {
+		t.Fatalf("sum %g s, want the observed waits' %g s", sum, waited.Seconds())
+	}
+}
+
+// gatherHistogram returns app's series of the histogram name in g.
+func gatherHistogram(t *testing.T, g prometheus.Gatherer, name, app string) *dto.Histogram {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if mf.GetName() == name && lp.GetName() == "app" && lp.GetValue() == app {
+					return mt.GetHistogram()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series for app %q", name, app)
+	return nil
 }

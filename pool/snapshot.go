@@ -102,11 +102,15 @@ func (a *appPool) observeWait(d time.Duration) {
 func (m *Manager) WaitTotals(app string) (acquires int64, waited time.Duration) {
 	m.mu.Lock()
 	a := m.apps[app]
+	var immediate int64
+	if a != nil {
+		immediate = a.immediate
+	}
 	m.mu.Unlock()
 	if a == nil {
 		return 0, 0
 	}
-	return a.waitCount.Load(), time.Duration(a.waitNanos.Load())
+	return immediate + a.waitCount.Load(), time.Duration(a.waitNanos.Load())
 }
 
 // Created is when the connection was logged in.
