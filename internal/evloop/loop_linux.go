@@ -51,9 +51,17 @@ type Loop struct {
 	efd  int // eventfd: Post wakes the loop through it
 	done chan struct{}
 
+	// parked: the loop waits (or is about to wait), in epoll_wait or, idle,
+	// in the netpoller; hasPosted: posted is not empty. The loop sets
+	// parked and then looks at hasPosted; Post sets hasPosted and then
+	// looks at parked (both sequentially consistent): one of the two sees
+	// the other, so a post is never left waiting, and a busy loop takes
+	// no lock per turn.
+	parked    atomic.Bool
+	hasPosted atomic.Bool
+
 	mu      sync.Mutex
 	posted  []func()
-	parked  bool // the loop waits (or is about to wait): in epoll_wait or, idle, in the netpoller
 	woken   bool // an eventfd wake-up is pending
 	wakes   int  // eventfd wake-ups written (for tests)
 	idle    int  // waits handed to the netpoller (for tests)
@@ -118,7 +126,8 @@ func New() (*Loop, error) {
 func (l *Loop) Post(fn func()) {
 	l.mu.Lock()
 	l.posted = append(l.posted, fn)
-	wake := l.parked && !l.woken
+	l.hasPosted.Store(true)
+	wake := l.parked.Load() && !l.woken
 	if wake {
 		l.woken = true
 		l.wakes++
@@ -173,17 +182,13 @@ func (l *Loop) Run() {
 // call per turn, busy or idle, as PgBouncer's loop makes: a busy loop's
 // epoll_wait returns at once.
 func (l *Loop) wait() int {
-	l.mu.Lock()
-	pending := len(l.posted) > 0
-	l.parked = !pending
-	l.mu.Unlock()
-	if pending {
+	l.parked.Store(true)
+	if l.hasPosted.Load() {
+		l.parked.Store(false)
 		return l.poll()
 	}
 	n := l.park()
-	l.mu.Lock()
-	l.parked = false
-	l.mu.Unlock()
+	l.parked.Store(false)
 	return n
 }
 
@@ -297,8 +302,12 @@ func (l *Loop) parkIdle(deadline time.Time) int {
 
 // runPosted runs the posted functions; it reports whether the loop stops.
 func (l *Loop) runPosted() bool {
+	if !l.hasPosted.Load() {
+		return false // Stop posts too
+	}
 	l.mu.Lock()
 	l.run, l.posted = l.posted, l.run[:0]
+	l.hasPosted.Store(false)
 	l.woken = false
 	stopped := l.stopped
 	l.mu.Unlock()

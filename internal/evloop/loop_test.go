@@ -454,7 +454,7 @@ func TestPostWakesOnlyParkedLoop(t *testing.T) {
 	state := func() (parked bool, wakes int) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.parked, l.wakes
+		return l.parked.Load(), l.wakes
 	}
 	waitParked := func() int {
 		deadline := time.Now().Add(5 * time.Second)
