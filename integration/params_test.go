@@ -125,4 +125,22 @@ GRANT USAGE ON SCHEMA %[1]s, %[2]s TO params; GRANT SELECT ON %[1]s.whoami, %[2]
 			t.Fatalf("client A after its SET and B's queries: %q, %v", tzA, err)
 		}
 	}
+	// The empty string is a value like any other: lc_monetary has a
+	// non-empty default, which '' overrides for B alone.
+	var def string
+	if err := super.QueryRow(ctx, "SHOW lc_monetary").Scan(&def); err != nil || def == "" {
+		t.Fatalf("the server's lc_monetary: %q, %v (the check needs a non-empty default)", def, err)
+	}
+	if _, err := clients[1].c.Exec(ctx, "SET lc_monetary = ''"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		var lmA, lmB string
+		if err := clients[0].c.QueryRow(ctx, "SHOW lc_monetary").Scan(&lmA); err != nil || lmA != def {
+			t.Fatalf("client A after B's SET lc_monetary = '': %q, %v; want %q", lmA, err, def)
+		}
+		if err := clients[1].c.QueryRow(ctx, "SHOW lc_monetary").Scan(&lmB); err != nil || lmB != "" {
+			t.Fatalf("client B after its SET lc_monetary = '' and A's queries: %q, %v; want \"\"", lmB, err)
+		}
+	}
 }

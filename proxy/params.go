@@ -91,8 +91,8 @@ func (p *clientParams) own() map[string]string {
 }
 
 func (p *clientParams) set(name, val string) {
-	if p.values()[name] == val {
-		return
+	if cur, ok := p.values()[name]; ok && cur == val {
+		return // the empty string is a value too: only a known one is the same
 	}
 	p.own()[name] = val
 	p.fp = ""
