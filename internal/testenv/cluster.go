@@ -137,17 +137,24 @@ const ClockTicks = 100
 // ProcCPUTicks is the user plus system CPU time of process pid, in
 // [ClockTicks].
 func ProcCPUTicks(pid int) (int64, error) {
+	u, sys, err := ProcCPUTimes(pid)
+	return u + sys, err
+}
+
+// ProcCPUTimes is pid's user and system CPU time so far, in clock ticks
+// (utime and stime of /proc/pid/stat).
+func ProcCPUTimes(pid int) (user, sys int64, err error) {
 	f, err := procStat(pid)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// f[0] is field 3 (state); utime is field 14, stime field 15.
 	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
+		return 0, 0, errors.New("short /proc stat")
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s, nil
+	user, _ = strconv.ParseInt(f[11], 10, 64)
+	sys, _ = strconv.ParseInt(f[12], 10, 64)
+	return user, sys, nil
 }
 
 // ProcContextSwitches is the number of context switches (voluntary and

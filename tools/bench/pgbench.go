@@ -40,8 +40,11 @@ type Result struct {
 	// Pooler CPU (utime+stime) during the run; -1 for direct.
 	CPUSeconds    float64 `json:"pooler_cpu_seconds"`
 	CPUPer1000Txn float64 `json:"pooler_cpu_seconds_per_1000_txn"`
-	WallSeconds   float64 `json:"wall_seconds"`
-	CPUWindow     string  `json:"pooler_cpu_window,omitempty"`
+	// UserPer1000Txn is the user-time part of CPUPer1000Txn (the rest is
+	// system time); -1 for direct.
+	UserPer1000Txn float64 `json:"pooler_user_cpu_seconds_per_1000_txn"`
+	WallSeconds    float64 `json:"wall_seconds"`
+	CPUWindow      string  `json:"pooler_cpu_window,omitempty"`
 	// Context switches of all the pooler's threads per transaction (whole
 	// run, logins included: /proc/<pid>/task/*/status); -1 for direct.
 	SwitchesPerTxn float64 `json:"pooler_context_switches_per_txn"`
@@ -139,6 +142,9 @@ func cpuStr(r *Result) string {
 	if r.CPUPer1000Txn < 0 {
 		return "-"
 	}
+	if r.UserPer1000Txn >= 0 {
+		return fmt.Sprintf("%.1f µs/txn (user %.1f)", r.CPUPer1000Txn*1000, r.UserPer1000Txn*1000)
+	}
 	return fmt.Sprintf("%.1f µs/txn", r.CPUPer1000Txn*1000)
 }
 
@@ -148,7 +154,7 @@ var (
 )
 
 func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
-	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1, SwitchesPerTxn: -1}
+	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1, UserPer1000Txn: -1, SwitchesPerTxn: -1}
 	dir, err := os.MkdirTemp(e.work, "pgbench-")
 	if err != nil {
 		r.Failed, r.Error = true, err.Error()
@@ -175,11 +181,12 @@ func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+benchPassword)
 
-	var before, switchesBefore int64
+	var before, userBefore, userAfter, switchesBefore int64
 	var samples <-chan []cpuSample
 	stop := make(chan struct{})
 	if t.Proc != nil {
-		before, _ = testenv.ProcCPUTicks(t.Proc.PID())
+		u, sys, _ := testenv.ProcCPUTimes(t.Proc.PID())
+		before, userBefore = u+sys, u
 		switchesBefore, _ = testenv.ProcContextSwitches(t.Proc.PID())
 		samples = sampleCPU(t.Proc.PID(), stop)
 	}
@@ -194,8 +201,9 @@ func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	close(stop)
 	var cpu []cpuSample
 	if t.Proc != nil {
-		after, _ := testenv.ProcCPUTicks(t.Proc.PID())
-		r.CPUSeconds = float64(after-before) / testenv.ClockTicks
+		u, sys, _ := testenv.ProcCPUTimes(t.Proc.PID())
+		r.CPUSeconds = float64(u+sys-before) / testenv.ClockTicks
+		userAfter = u
 		cpu = <-samples
 		if sw, err := testenv.ProcContextSwitches(t.Proc.PID()); err == nil {
 			r.SwitchesPerTxn = float64(sw - switchesBefore) // divided below
@@ -224,9 +232,11 @@ func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	if r.CPUSeconds >= 0 && r.Transactions > 0 {
 		// Whole run, logins included, as a fallback.
 		r.CPUPer1000Txn = r.CPUSeconds / float64(r.Transactions) * 1000
+		r.UserPer1000Txn = float64(userAfter-userBefore) / testenv.ClockTicks / float64(r.Transactions) * 1000
 		r.CPUWindow = "whole run"
-		if cpu, n, ok := steadyCPU(cpu, logs); ok {
+		if cpu, user, n, ok := steadyCPU(cpu, logs); ok {
 			r.CPUPer1000Txn = cpu / float64(n) * 1000
+			r.UserPer1000Txn = user / float64(n) * 1000
 			r.CPUWindow = fmt.Sprintf("steady state: %.2f s CPU over %d txns", cpu, n)
 		}
 	}
@@ -351,7 +361,8 @@ func (l *txnLog) count(a, b int64) int64 {
 // cpuSample is the pooler's CPU time at one moment.
 type cpuSample struct {
 	at    int64 // µs since the epoch
-	ticks int64
+	ticks int64 // user + system
+	user  int64
 }
 
 // sampleCPU records pid's CPU time every 100 ms until stop is closed.
@@ -362,13 +373,13 @@ func sampleCPU(pid int, stop <-chan struct{}) <-chan []cpuSample {
 		tk := time.NewTicker(100 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if t, err := testenv.ProcCPUTicks(pid); err == nil {
-				s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
+			if u, sys, err := testenv.ProcCPUTimes(pid); err == nil {
+				s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: u + sys, user: u})
 			}
 			select {
 			case <-stop:
-				if t, err := testenv.ProcCPUTicks(pid); err == nil {
-					s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: t})
+				if u, sys, err := testenv.ProcCPUTimes(pid); err == nil {
+					s = append(s, cpuSample{at: time.Now().UnixMicro(), ticks: u + sys, user: u})
 				}
 				out <- s
 				return
@@ -379,11 +390,11 @@ func sampleCPU(pid int, stop <-chan struct{}) <-chan []cpuSample {
 	return out
 }
 
-// steadyCPU returns the pooler CPU seconds and the transactions completed
+// steadyCPU returns the pooler CPU seconds (and the user part of them) and the transactions completed
 // between the first sample inside the steady state and the last one, so
 // that logins (SCRAM for 1,000 clients costs the pooler too) do not count
 // as per-transaction CPU. ok is false when the window is under a second.
-func steadyCPU(samples []cpuSample, l *txnLog) (cpu float64, txns int64, ok bool) {
+func steadyCPU(samples []cpuSample, l *txnLog) (cpu, user float64, txns int64, ok bool) {
 	var a, b *cpuSample
 	for i := range samples {
 		s := &samples[i]
@@ -395,13 +406,13 @@ func steadyCPU(samples []cpuSample, l *txnLog) (cpu float64, txns int64, ok bool
 		}
 	}
 	if a == nil || b == nil || b.at-a.at < 1e6 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	n := l.count(a.at, b.at)
 	if n == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return float64(b.ticks-a.ticks) / testenv.ClockTicks, n, true
+	return float64(b.ticks-a.ticks) / testenv.ClockTicks, float64(b.user-a.user) / testenv.ClockTicks, n, true
 }
 
 // fetchProfile takes a CPU profile from lockpool's admin listener for

@@ -24,7 +24,7 @@ func printReport(w io.Writer, rep *Report) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "workload\tdirect\tlockpool\tpgbouncer\tlp/pgb\tlp/direct\tp50 ms d/lp/pgb\tp99 ms d/lp/pgb\tcpu µs/txn lp/pgb\tcpu lp/pgb\tswitches/txn lp/pgb\tnote\t")
+	fmt.Fprintln(tw, "workload\tdirect\tlockpool\tpgbouncer\tlp/pgb\tlp/direct\tp50 ms d/lp/pgb\tp99 ms d/lp/pgb\tcpu (user) µs/txn lp/pgb\tcpu lp/pgb\tswitches/txn lp/pgb\tnote\t")
 	ext := map[string]*Result{}
 	for _, r := range rep.Rows {
 		if r.Mode == "extended" {
@@ -218,7 +218,10 @@ func cpuPair(lp, pb *Result) string {
 		if !ok(r) || r.CPUPer1000Txn < 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.1f", r.CPUPer1000Txn*1000)
+		if r.UserPer1000Txn < 0 {
+			return fmt.Sprintf("%.1f", r.CPUPer1000Txn*1000)
+		}
+		return fmt.Sprintf("%.1f (%.1f)", r.CPUPer1000Txn*1000, r.UserPer1000Txn*1000)
 	}
 	return v(lp) + " / " + v(pb)
 }

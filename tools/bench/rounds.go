@@ -33,6 +33,7 @@ func medianResult(rounds []*Result) *Result {
 	m.P50ms = median(good, func(r *Result) float64 { return r.P50ms })
 	m.P99ms = median(good, func(r *Result) float64 { return r.P99ms })
 	m.CPUPer1000Txn = median(good, func(r *Result) float64 { return r.CPUPer1000Txn })
+	m.UserPer1000Txn = median(good, func(r *Result) float64 { return r.UserPer1000Txn })
 	m.SwitchesPerTxn = median(good, func(r *Result) float64 { return r.SwitchesPerTxn })
 	if m.CPUPer1000Txn < 0 {
 		m.CPUSeconds = -1 // direct: no pooler

@@ -4,9 +4,9 @@ import "testing"
 
 func TestMedianResult(t *testing.T) {
 	run := func(tps, p99, cpu, sw float64, n int64) *Result {
-		return &Result{Target: "lockpool", TPS: tps, P99ms: p99, CPUPer1000Txn: cpu, SwitchesPerTxn: sw, Transactions: n, CPUSeconds: 1}
+		return &Result{Target: "lockpool", TPS: tps, P99ms: p99, CPUPer1000Txn: cpu, UserPer1000Txn: cpu / 4, SwitchesPerTxn: sw, Transactions: n, CPUSeconds: 1}
 	}
-	failed := &Result{Target: "lockpool", Failed: true, Error: "boom", CPUSeconds: -1, CPUPer1000Txn: -1, SwitchesPerTxn: -1}
+	failed := &Result{Target: "lockpool", Failed: true, Error: "boom", CPUSeconds: -1, CPUPer1000Txn: -1, UserPer1000Txn: -1, SwitchesPerTxn: -1}
 	tests := []struct {
 		name              string
 		rounds            []*Result
@@ -27,6 +27,13 @@ func TestMedianResult(t *testing.T) {
 			if m.Failed != tc.failedWant || m.TPS != tc.tps || m.P99ms != tc.p99 || !near(m.CPUPer1000Txn, tc.cpu) || !near(m.SwitchesPerTxn, tc.sw) || m.Transactions != tc.txns {
 				t.Fatalf("got failed=%v tps=%v p99=%v cpu=%v sw=%v txns=%v; want %v %v %v %v %v %v",
 					m.Failed, m.TPS, m.P99ms, m.CPUPer1000Txn, m.SwitchesPerTxn, m.Transactions, tc.failedWant, tc.tps, tc.p99, tc.cpu, tc.sw, tc.txns)
+			}
+			wantUser := tc.cpu / 4 // each round's user time is a quarter of its CPU
+			if tc.failedWant {
+				wantUser = -1
+			}
+			if !near(m.UserPer1000Txn, wantUser) {
+				t.Fatalf("user %v, want %v", m.UserPer1000Txn, wantUser)
 			}
 			if len(m.Rounds) != tc.roundsKept {
 				t.Fatalf("kept %d rounds, want %d", len(m.Rounds), tc.roundsKept)
