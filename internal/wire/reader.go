@@ -281,21 +281,26 @@ func (b *Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// bufferedLen is the length word of the next message when its header is
+// in the buffer, else -1.
+func (b *Reader) bufferedLen() int {
+	if b.w-b.r < headerLen {
+		return -1
+	}
+	return int(binary.BigEndian.Uint32((*b.bp)[b.r+1 : b.r+headerLen]))
+}
+
 // Next cuts the next message off the buffer in place when all of it is
 // there (header and body), with no read: its type and body (nil when
 // empty), valid until the next call on the Reader. ok is false when the
 // message is not all buffered or its length word is bad; Header and Body
 // (or ReadHeader and ReadBody) then read it, or report it.
 func (b *Reader) Next() (typ byte, body []byte, ok bool) {
-	k := b.w - b.r
-	if k < headerLen {
+	l := b.bufferedLen()
+	if l < 4 || l+1 > b.w-b.r {
 		return 0, nil, false
 	}
-	buf := (*b.bp)[b.r:b.w]
-	l := int(binary.BigEndian.Uint32(buf[1:headerLen]))
-	if l < 4 || l+1 > k {
-		return 0, nil, false
-	}
+	buf := (*b.bp)[b.r : b.r+l+1]
 	b.r += l + 1
 	if l == 4 {
 		return buf[0], nil, true // as Body: no body is nil
@@ -310,12 +315,11 @@ func (b *Reader) Next() (typ byte, body []byte, ok bool) {
 // An error is the read's (io.ErrUnexpectedEOF for an end inside a message).
 func (b *Reader) Fill() (ok bool, err error) {
 	for {
-		if k := b.w - b.r; k >= headerLen {
-			l := int(binary.BigEndian.Uint32((*b.bp)[b.r+1 : b.r+headerLen]))
+		if l := b.bufferedLen(); l >= 0 {
 			if l < 4 || l+1 > b.pool.size {
 				return false, nil
 			}
-			if l+1 <= k {
+			if l+1 <= b.w-b.r {
 				return true, nil
 			}
 		}
@@ -331,12 +335,10 @@ func (b *Reader) Fill() (ok bool, err error) {
 // Header reads and consumes the next message's header, as ReadHeader does;
 // a header already in the buffer is cut off it in place.
 func (b *Reader) Header() (typ byte, n int, err error) {
-	if b.w-b.r >= headerLen {
-		h := (*b.bp)[b.r : b.r+headerLen]
-		if l := binary.BigEndian.Uint32(h[1:]); l >= 4 && l <= MaxMessageLen {
-			b.r += headerLen
-			return h[0], int(l) - 4, nil
-		}
+	if l := b.bufferedLen(); l >= 4 && l <= MaxMessageLen {
+		typ = (*b.bp)[b.r]
+		b.r += headerLen
+		return typ, l - 4, nil
 	}
 	return ReadHeader(b)
 }
