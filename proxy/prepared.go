@@ -105,11 +105,11 @@ func (s *session) onParse(n int) error {
 		return s.sendUnnamedParse(body, s.unnamedBegin)
 	}
 	begins := txCommandOf(query) == txBegin
-	schema := changesSchema(query)
+	f, mayHit := analyze(query)
+	schema := mayHit && changesSchema(query)
 	if schema {
 		s.srv.stmts.retire()
 	}
-	f := analyze(query)
 	if len(name) == 0 && !f.Hit() {
 		if s.unnamed != nil {
 			*s.unnamed = rewrite.Findings{}

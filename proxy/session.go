@@ -741,15 +741,17 @@ func raiseSQL(pe *pgError) string {
 
 // analyze runs the prefilter and, on a hit, the lexer. sql aliases the
 // read buffer: Analyze's results that are kept are copied by the caller.
-func analyze(body []byte) rewrite.Findings {
+// mayHit is the prefilter's answer: when it is false the statement changes
+// no schema either (rewrite.ChangesSchema), so the caller need not ask.
+func analyze(body []byte) (f rewrite.Findings, mayHit bool) {
 	if len(body) == 0 {
-		return rewrite.Findings{}
+		return rewrite.Findings{}, false
 	}
 	sql := unsafe.String(unsafe.SliceData(body), len(body))
 	if !rewrite.MayHit(sql) {
-		return rewrite.Findings{}
+		return rewrite.Findings{}, false
 	}
-	return rewrite.Analyze(strings.Clone(sql))
+	return rewrite.Analyze(strings.Clone(sql)), true
 }
 
 // decide maps findings to a policy decision for this session.
@@ -959,9 +961,9 @@ func (s *session) onQuery(n int) error {
 	if err != nil {
 		return err
 	}
-	f := analyze(q.SQL)
+	f, mayHit := analyze(q.SQL)
 	if !f.Hit() {
-		if changesSchema(q.SQL) {
+		if mayHit && changesSchema(q.SQL) {
 			s.srv.stmts.retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {

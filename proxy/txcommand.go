@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"bytes"
+	"unsafe"
 
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/rewrite"
@@ -48,25 +48,10 @@ func txCommandOf(sql []byte) txCommand {
 	return txNone
 }
 
-// changesSchema reports whether some statement of sql starts with a word
-// that may change what a prepared statement returns (ALTER, CREATE, DROP,
-// IMPORT FOREIGN SCHEMA); statements that keep every table's columns
-// (TRUNCATE, COMMENT, REINDEX, …) start no new statement epoch. It looks at
-// the first word and the word after each semicolon; a semicolon inside a
-// string can only make it say yes wrongly, which costs a re-preparation and
-// nothing else.
+// changesSchema is rewrite.ChangesSchema on a message body (it aliases
+// the body, and keeps nothing).
 func changesSchema(sql []byte) bool {
-	for {
-		w, _ := nextWord(sql)
-		if wordIs(w, "alter") || wordIs(w, "create") || wordIs(w, "drop") || wordIs(w, "import") {
-			return true
-		}
-		i := bytes.IndexByte(sql, ';')
-		if i < 0 {
-			return false
-		}
-		sql = sql[i+1:]
-	}
+	return rewrite.ChangesSchema(unsafe.String(unsafe.SliceData(sql), len(sql)))
 }
 
 // nextWord skips blanks, comments and opening parentheses and returns the

@@ -32,27 +32,6 @@ func TestTxCommandOf(t *testing.T) {
 	}
 }
 
-func TestChangesSchema(t *testing.T) {
-	tests := []struct {
-		sql  string
-		want bool
-	}{
-		{"ALTER TABLE t ALTER COLUMN c TYPE bigint", true},
-		{"select 1; drop table t", true},
-		{"BEGIN; CREATE TABLE x (a int)", true},
-		{"SELECT created_at FROM t", false},
-		{"SELECT 'alter'", false},
-		{"UPDATE t SET a = 1", false},
-		{"TRUNCATE t", false},
-		{"IMPORT FOREIGN SCHEMA s FROM SERVER f INTO public", true},
-	}
-	for _, tt := range tests {
-		if got := changesSchema([]byte(tt.sql)); got != tt.want {
-			t.Errorf("changesSchema(%q) = %v, want %v", tt.sql, got, tt.want)
-		}
-	}
-}
-
 // FuzzTxCommand: the leading-word scanner never panics, and a statement's
 // class does not change when blanks and a comment are put in front of it.
 func FuzzTxCommand(f *testing.F) {

@@ -33,13 +33,16 @@
 //     (comments and whitespace may sit between), unqualified or qualified by
 //     pg_catalog (advisory, set_config) or lockpool (lease functions).
 //   - The prefilter never misses: MayHit(sql) is true whenever Analyze(sql)
-//     would find anything (tested over every table case and by FuzzAnalyze).
+//     would find anything, and whenever ChangesSchema(sql) is true (a
+//     statement starting with ALTER, CREATE, DROP or IMPORT), so a caller
+//     asks ChangesSchema only after a hit (tested over every table case and
+//     by FuzzAnalyze).
 //     It runs SIMD strings.IndexByte passes for bytes rare in ordinary SQL
 //     and checks around each: '(' preceded by a word ending in one of the
 //     function names (falling back to a per-byte search for "advisory",
 //     "lease_" and "set_config" when a comment may separate name and '('),
 //     ';' or the start followed by a statement-leading keyword (DO, SET,
-//     RESET, CREATE, DROP, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
+//     RESET, ALTER, CREATE, DROP, IMPORT, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
 //     DEALLOCATE, LOAD, DISCARD), U&' or U&", and the word temp/temporary.
 //     Analyze runs MayHit first, so the common no-hit path costs one
 //     allocation-free pass.

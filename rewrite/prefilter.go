@@ -146,17 +146,11 @@ func slowHit(s string) bool {
 }
 
 // leadingHit reports whether the statement starting at s[i] (after
-// whitespace and comments) begins with a keyword that Analyze classifies.
+// whitespace and comments) begins with a keyword that Analyze classifies,
+// or one that changes the schema (ChangesSchema): MayHit false means
+// ChangesSchema false too, so a caller that has run MayHit need not run it.
 func leadingHit(s string, i int) bool {
-	i = skipSpace(s, i)
-	if i >= len(s) || !identStart[s[i]] {
-		return false
-	}
-	j := i + 1
-	for j < len(s) && identCont[s[j]] {
-		j++
-	}
-	w := s[i:j]
+	w := leadingWord(s, i)
 	switch len(w) {
 	case 2:
 		return foldEq(w, "do")
@@ -165,9 +159,9 @@ func leadingHit(s string, i int) bool {
 	case 4:
 		return foldEq(w, "drop") || foldEq(w, "load")
 	case 5:
-		return foldEq(w, "reset") || foldEq(w, "close")
+		return foldEq(w, "reset") || foldEq(w, "close") || foldEq(w, "alter")
 	case 6:
-		return foldEq(w, "listen") || foldEq(w, "create")
+		return foldEq(w, "listen") || foldEq(w, "create") || foldEq(w, "import")
 	case 7:
 		return foldEq(w, "declare") || foldEq(w, "prepare") || foldEq(w, "discard")
 	case 8:
@@ -176,6 +170,51 @@ func leadingHit(s string, i int) bool {
 		return foldEq(w, "deallocate")
 	}
 	return false
+}
+
+// leadingWord returns the word the statement starting at s[i] begins with,
+// after whitespace and comments ("" when it starts with no identifier).
+func leadingWord(s string, i int) string {
+	i = skipSpace(s, i)
+	if i >= len(s) || !identStart[s[i]] {
+		return ""
+	}
+	j := i + 1
+	for j < len(s) && identCont[s[j]] {
+		j++
+	}
+	return s[i:j]
+}
+
+// ChangesSchema reports whether some statement of sql starts with a word
+// that may change what a prepared statement returns (ALTER, CREATE, DROP,
+// IMPORT FOREIGN SCHEMA); statements that keep every table's columns
+// (TRUNCATE, COMMENT, REINDEX, …) do not count. It looks at the first word
+// and the word after each semicolon; a semicolon inside a string can only
+// make it say yes wrongly. It is false whenever MayHit is (leadingHit
+// counts these words too).
+func ChangesSchema(sql string) bool {
+	for i := 0; ; {
+		switch w := leadingWord(sql, i); len(w) {
+		case 4:
+			if foldEq(w, "drop") {
+				return true
+			}
+		case 5:
+			if foldEq(w, "alter") {
+				return true
+			}
+		case 6:
+			if foldEq(w, "create") || foldEq(w, "import") {
+				return true
+			}
+		}
+		k := indexFrom(sql, i, ';')
+		if k < 0 {
+			return false
+		}
+		i = k + 1
+	}
 }
 
 // hasFold reports whether s[i:] starts with lower (ASCII lower case and

@@ -288,6 +288,38 @@ func TestMayHitInvariant(t *testing.T) {
 	}
 }
 
+// TestChangesSchema checks the statement words that start a new
+// statement epoch, and that MayHit is true wherever ChangesSchema is (the
+// proxy skips ChangesSchema when MayHit is false).
+func TestChangesSchema(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want bool
+	}{
+		{"ALTER TABLE t ALTER COLUMN c TYPE bigint", true},
+		{"select 1; drop table t", true},
+		{"BEGIN; CREATE TABLE x (a int)", true},
+		{"/* c */ -- d\r\n\tcreate index i on t (a)", true},
+		{"SELECT 1;\nImport FOREIGN SCHEMA s FROM SERVER f INTO public", true},
+		{"IMPORT FOREIGN SCHEMA s FROM SERVER f INTO public", true},
+		{"SELECT created_at FROM t", false},
+		{"SELECT 'alter'", false},
+		{"UPDATE t SET a = 1", false},
+		{"TRUNCATE t", false},
+		{"dropped", false},
+		{"-- drop table t", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := ChangesSchema(tt.sql); got != tt.want {
+			t.Errorf("ChangesSchema(%q) = %v, want %v", tt.sql, got, tt.want)
+		}
+		if tt.want && !MayHit(tt.sql) {
+			t.Errorf("MayHit(%q) = false where ChangesSchema is true", tt.sql)
+		}
+	}
+}
+
 func TestCountStatements(t *testing.T) {
 	for _, c := range cases {
 		if got, want := CountStatements(c.sql), analyze(c.sql).Statements; got != want {
@@ -392,6 +424,9 @@ func FuzzAnalyze(f *testing.F) {
 		full := analyze(s)
 		if full.Hit() && !MayHit(s) {
 			t.Fatalf("MayHit(%q) = false but Analyze found %+v", s, full)
+		}
+		if ChangesSchema(s) && !MayHit(s) {
+			t.Fatalf("MayHit(%q) = false but ChangesSchema is true", s)
 		}
 		if got := Analyze(s); !reflect.DeepEqual(got, full) && got.Hit() {
 			t.Fatalf("Analyze differs from analyze on %q", s)

@@ -76,9 +76,11 @@ type Reader struct {
 // deadlines only through it.
 func (b *Reader) SetDeadline(t time.Time) { b.deadline = t }
 
-// setReadDeadline sets c's read deadline when it changes.
+// setReadDeadline sets c's read deadline when it changes. The common case,
+// no deadline before or after, is decided by comparing the values as
+// stored (Equal, which asks about the clock readings, is the fallback).
 func (b *Reader) setReadDeadline(t time.Time) {
-	if !t.Equal(b.applied) {
+	if t != b.applied && !t.Equal(b.applied) {
 		_ = b.c.SetReadDeadline(t)
 		b.applied = t
 	}
