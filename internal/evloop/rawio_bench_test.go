@@ -63,3 +63,15 @@ func errOf(_, _ uintptr, e unix.Errno) error {
 	}
 	return nil
 }
+
+// BenchmarkEmptySyscall is the floor under every socket call: getppid(2), a
+// system call that does no work. Where the kernel switches page tables on
+// every entry and exit without PCID (pti=on on a CPU or hypervisor that
+// hides PCID) it is a large part of a pooler's CPU per transaction:
+//
+//	go test ./internal/evloop -run '^$' -bench EmptySyscall
+func BenchmarkEmptySyscall(b *testing.B) {
+	for b.Loop() {
+		_, _, _ = unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0)
+	}
+}
