@@ -649,6 +649,21 @@ func TestPreparedDropCreate(t *testing.T) {
 			{op: "run", name: "b", args: []string{"1"}, want: "ok:5000000000"},
 			{op: "run", name: "a", args: []string{"1"}, want: "error:0A000"},
 		}},
+		{name: "alter_type_prepared_again_first", steps: []prepStep{
+			// The same text prepared anew after the DDL, before anything
+			// ran the old statement (whose 0A000 would start a new
+			// statement epoch by itself): it must not be served from the
+			// server statement prepared before the DDL.
+			{op: "ddl", sql: "CREATE TABLE {t} (id int, c int); INSERT INTO {t} VALUES (1, 7)", want: "ok"},
+			{conn: 0, op: "prepare", name: "a", sql: "SELECT c FROM {t} WHERE id = $1", want: "ok"},
+			{conn: 0, op: "run", name: "a", args: []string{"1"}, want: "ok:7"},
+			{op: "ddl", sql: "ALTER TABLE {t} ALTER COLUMN c TYPE bigint; UPDATE {t} SET c = 5000000000", want: "ok"},
+			{conn: 1, op: "prepare", name: "b", sql: "SELECT c FROM {t} WHERE id = $1", want: "ok"},
+			{conn: 1, op: "run", name: "b", args: []string{"1"}, want: "ok:5000000000"},
+			{conn: 0, op: "prepare", name: "c", sql: "SELECT c FROM {t} WHERE id = $1", want: "ok"},
+			{conn: 0, op: "run", name: "c", args: []string{"1"}, want: "ok:5000000000"},
+			{conn: 0, op: "run", name: "a", args: []string{"1"}, want: "error:0A000"},
+		}},
 	})
 }
 

@@ -42,8 +42,9 @@
 //     function names (falling back to a per-byte search for "advisory",
 //     "lease_" and "set_config" when a comment may separate name and '('),
 //     ';' or the start followed by a statement-leading keyword (DO, SET,
-//     RESET, ALTER, CREATE, DROP, IMPORT, LISTEN, UNLISTEN, DECLARE, CLOSE, PREPARE,
-//     DEALLOCATE, LOAD, DISCARD), U&' or U&", and the word temp/temporary.
+//     RESET, ALTER, CREATE, DROP, IMPORT, LISTEN, UNLISTEN, DECLARE, CLOSE,
+//     PREPARE, DEALLOCATE, LOAD, DISCARD), U&' or U&", and the word
+//     temp/temporary.
 //     Analyze runs MayHit first, so the common no-hit path costs one
 //     allocation-free pass.
 //   - Never panics, whatever the input: unterminated strings, identifiers and
