@@ -265,6 +265,39 @@ func TestLocksPinExactness(t *testing.T) {
 		}
 	})
 
+	t.Run("plain unnamed statement after an unnamed lock call", func(t *testing.T) {
+		// A plain statement parsed before, sent again on the unnamed
+		// statement right after an unnamed lock call: lockpool remembers
+		// it needs no look, and its Bind must not take the lock call's
+		// findings (which would ask for a pin slot).
+		const k = 3000009
+		ctx := testenv.Context(t, 15*time.Second)
+		c := l.connect(t, "app", "appdb")
+		plain := func() {
+			t.Helper()
+			var v int
+			if err := c.QueryRow(ctx, "SELECT $1::int + 1", pgx.QueryExecModeExec, 1).Scan(&v); err != nil || v != 2 {
+				t.Fatalf("plain statement: %d, %v", v, err)
+			}
+		}
+		plain()
+		if !lkMustBool(t, c, "SELECT pg_try_advisory_lock($1)", pgx.QueryExecModeExec, int64(k)) {
+			t.Fatal("try-lock on a free key failed")
+		}
+		lkExpectPinned(t, l, app, 1, "try-lock (extended, unnamed)")
+		if !lkMustBool(t, c, "SELECT pg_advisory_unlock($1)", int64(k)) {
+			t.Fatal("unlock returned false")
+		}
+		lkExpectPinned(t, l, app, 0, "unlock")
+		immediate := map[string]string{"app": app, "outcome": "immediate"}
+		waits0 := l.metric("lockpool_pin_waits_total", immediate)
+		plain()
+		if d := l.metric("lockpool_pin_waits_total", immediate) - waits0; d != 0 {
+			t.Errorf("the plain statement asked for a pin slot (%v times)", d)
+		}
+		lkExpectPinned(t, l, app, 0, "plain statement after the lock call")
+	})
+
 	t.Run("failed try-lock", func(t *testing.T) {
 		const k = 3000002
 		holder := l.connect(t, "app", "appdb")

@@ -87,9 +87,9 @@
 //  1. serve reads a message header; onQuery (or onParse, onBind, …) decodes
 //     only what it must: Query and Parse texts pass a byte prefilter and,
 //     on a hit, the lexer (rewrite.Analyze); policy.Decide says pin, refuse
-//     or forward. An unnamed Parse with the same bytes as the last one,
-//     which had nothing found, is forwarded without looking again
-//     (session.unnamedPlain).
+//     or forward. An unnamed Parse with the same bytes as one of the last
+//     eight that had nothing found is forwarded without looking again
+//     (session.plainParses).
 //  2. toServer attaches a connection if the session has none, and pushes
 //     the reply the message owes onto the reply queue (replies.go); the
 //     message is appended to sout. Replies lockpool makes itself (lease

@@ -98,11 +98,17 @@ func (s *session) onParse(n int) error {
 	name, query := msg.Name, msg.SQL
 	rest := body[len(name)+1:] // query and parameter types, as on the wire
 	s.forgetVirtual(name)
-	if len(name) == 0 && s.unnamedPlain && bytes.Equal(rest, s.unnamedParse) {
-		// The unnamed statement again (drivers send it with every
-		// execution): what the checks below found for these very bytes
-		// still holds.
-		return s.sendUnnamedParse(body, s.unnamedBegin)
+	if m := s.plainParses; len(name) == 0 && m != nil {
+		if c := m.current; c >= 0 && bytes.Equal(m.slots[c].rest, rest) {
+			// The session's unnamed statement again, as it is.
+			return s.sendUnnamedParse(body, m.slots[c].begins)
+		}
+		if slot, begins, ok := m.find(rest); ok {
+			// A recent unnamed statement again (drivers send the Parse
+			// with every execution): what the checks below found for
+			// these very bytes still holds, and it was nothing.
+			return s.sendPlainUnnamedParse(body, rest, slot, begins)
+		}
 	}
 	begins := txCommandOf(query) == txBegin
 	f, mayHit := analyze(query)
@@ -111,18 +117,38 @@ func (s *session) onParse(n int) error {
 		s.srv.stmts.retire()
 	}
 	if len(name) == 0 && !f.Hit() {
-		if s.unnamed != nil {
-			*s.unnamed = rewrite.Findings{}
+		slot := -1
+		if !schema {
+			if s.plainParses == nil {
+				s.plainParses = &parseMemo{current: -1}
+			}
+			slot = s.plainParses.add(rest, begins)
 		}
-		s.unnamedParse = append(s.unnamedParse[:0], rest...)
-		s.unnamedPlain = !schema
-		return s.sendUnnamedParse(body, begins)
+		return s.sendPlainUnnamedParse(body, rest, slot, begins)
 	}
 	return s.onParseNoted(name, query, rest, begins, f)
 }
 
-// sendUnnamedParse sends an unnamed Parse that lockpool has nothing to say
-// about (s.unnamedParse holds its query and types).
+// sendPlainUnnamedParse sends an unnamed Parse that lockpool has nothing
+// to say about; rest is its query and types (aliasing body), slot the
+// parseMemo slot that remembers it (-1: none). When the session's unnamed
+// statement is already that slot's, nothing about it changes.
+func (s *session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool) error {
+	m := s.plainParses
+	if slot < 0 || m.current != slot {
+		if s.unnamed != nil {
+			*s.unnamed = rewrite.Findings{} // the last unnamed statement's findings are not this one's
+		}
+		s.unnamedParse = append(s.unnamedParse[:0], rest...)
+	}
+	if m != nil {
+		m.current = slot
+	}
+	return s.sendUnnamedParse(body, begins)
+}
+
+// sendUnnamedParse sends the session's unnamed statement (s.unnamedParse,
+// as body has it) to the server.
 func (s *session) sendUnnamedParse(body []byte, begins bool) error {
 	s.unnamedBegin = begins
 	if err := s.toServer(replyParse, opPass); err != nil {
@@ -173,8 +199,10 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		}
 		*s.unnamed = f
 		s.unnamedParse = append(s.unnamedParse[:0], restCopy...)
-		s.unnamedPlain = false
 		s.unnamedBegin = begins
+		if s.plainParses != nil {
+			s.plainParses.current = -1
+		}
 		if err := s.toServer(replyParse, opPass); err != nil {
 			return s.attachFailed(err, false, begins)
 		}
@@ -572,4 +600,62 @@ func (s *session) retireStale(srvName string) {
 		st.stale[srvName] = true
 	}
 	s.srv.stmts.retire()
+}
+
+// parseMemo remembers the last few unnamed Parses (query and parameter
+// types, as on the wire) that lockpool had nothing to say about: no
+// findings and no schema change. What the checks find is a function of
+// these bytes alone, so the same bytes again skip them: a client that
+// cycles through a few statements on the unnamed statement (drivers that
+// send Parse with every execution, pgbench's TPC-B with -M extended) has
+// each looked at once. Slots keep their arrays, so a steady client
+// allocates nothing; a Parse longer than parseMemoMax is not remembered.
+type parseMemo struct {
+	slots [parseMemoSlots]parseMemoSlot
+	next  int // the slot the next new entry takes (round robin)
+	// current is the slot whose bytes are the session's unnamed statement
+	// now (s.unnamedParse, with no findings), -1 when it is none of them:
+	// the same statement again changes nothing. Whoever sets the unnamed
+	// statement otherwise sets it to -1.
+	current int
+}
+
+type parseMemoSlot struct {
+	rest   []byte // empty: unused (a Parse's query and types are never empty)
+	begins bool   // it opens a transaction block
+}
+
+const (
+	parseMemoSlots = 8
+	parseMemoMax   = 256
+)
+
+// find returns the slot that remembers rest and whether it opens a
+// transaction block; ok is false when none does.
+func (m *parseMemo) find(rest []byte) (slot int, begins, ok bool) {
+	if len(rest) == 0 {
+		return -1, false, false
+	}
+	for i := range m.slots {
+		if sl := &m.slots[i]; len(sl.rest) == len(rest) && bytes.Equal(sl.rest, rest) {
+			return i, sl.begins, true
+		}
+	}
+	return -1, false, false
+}
+
+// add remembers rest (copied) in the oldest slot and returns that slot;
+// -1 when rest is not remembered (too long).
+func (m *parseMemo) add(rest []byte, begins bool) int {
+	if len(rest) == 0 || len(rest) > parseMemoMax {
+		return -1
+	}
+	i := m.next
+	if m.current == i {
+		m.current = -1 // its bytes change
+	}
+	m.slots[i].rest = append(m.slots[i].rest[:0], rest...)
+	m.slots[i].begins = begins
+	m.next = (i + 1) % parseMemoSlots
+	return i
 }

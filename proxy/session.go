@@ -115,7 +115,7 @@ type session struct {
 	unnamedParse []byte            // the client's last unnamed Parse (query and types)
 	unnamedHere  bool              // the attached connection has it
 	unnamedBegin bool              // it opens a transaction block
-	unnamedPlain bool              // it has no findings (*unnamed is zero) and changes no schema: the same bytes again need no look
+	plainParses  *parseMemo        // recent unnamed Parses with nothing found: the same bytes again need no look (nil until the first)
 	stmts        map[string]*stmt
 
 	// Settings read back at the next idle point.

@@ -12,6 +12,7 @@
 #   N=6000 MODES=extended TARGETS=lockpool scripts/instructions.sh
 #   LOCKPOOL=/tmp/lockpool-old scripts/instructions.sh   # another build
 #   KEEP=/tmp/cg scripts/instructions.sh     # keep the callgrind profiles there (callgrind_annotate)
+#   SCRIPT="-b tpcb-like" N=1000 MODES=extended scripts/instructions.sh   # another pgbench script than -S
 #
 # Needs valgrind, PostgreSQL 15's server binaries, pgbench and (for its
 # rows) pgbouncer; run as root it runs PostgreSQL and PgBouncer as postgres.
@@ -101,9 +102,9 @@ count() {
 		psql -h 127.0.0.1 -p "$port" -U postgres -tAc 'SELECT 1' bench >/dev/null 2>&1 && break
 		sleep 0.3
 	done
-	pgbench -h 127.0.0.1 -p "$port" -U postgres -n -S -M "$mode" -c 1 -t 200 bench >/dev/null
+	pgbench -h 127.0.0.1 -p "$port" -U postgres -n ${SCRIPT:--S} -M "$mode" -c 1 -t 200 bench >/dev/null
 	"${ctl[@]}" callgrind_control -i on >/dev/null 2>&1
-	pgbench -h 127.0.0.1 -p "$port" -U postgres -n -S -M "$mode" -c 1 -t "$N" bench >/dev/null
+	pgbench -h 127.0.0.1 -p "$port" -U postgres -n ${SCRIPT:--S} -M "$mode" -c 1 -t "$N" bench >/dev/null
 	"${ctl[@]}" callgrind_control -i off >/dev/null 2>&1
 	"${ctl[@]}" callgrind_control -d >/dev/null 2>&1 # writes $out.1
 	pkill -9 -f "callgrind-out-file=$out" || true
