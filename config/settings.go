@@ -18,7 +18,7 @@ type Setting struct {
 }
 
 // restartKeys are the keys (or sections) a reload does not apply.
-var restartKeys = []string{"listen", "admin_listen", "instance_id", "tls", "leases", "event_loops", "server.dial_concurrency", "handover_socket"}
+var restartKeys = []string{"listen", "admin_listen", "instance_id", "tls", "leases", "event_loops", "io_uring", "server.dial_concurrency", "handover_socket"}
 
 // Settings lists the value of every key outside the users and
 // applications lists, in the order of the key table. Passwords and

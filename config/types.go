@@ -22,6 +22,7 @@ type Config struct {
 	MaxMessageSize         int           // max_message_size: bytes; a larger client message closes the client with 08P01
 	MaxClientConnections   int           // max_client_connections: clients over all applications
 	EventLoops             int           // event_loops: loops running the sessions (0: GOMAXPROCS)
+	IOURing                bool          // io_uring: loops batch their sends through io_uring
 	AdminToken             string        // admin_token: when set, /debug/* needs "Authorization: Bearer <token>"
 	LogFormat              string        // log_format: text | json
 	LogLevel               string        // log_level: debug | info | warn | error

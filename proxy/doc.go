@@ -29,7 +29,9 @@
 //     requests, shutdown and the admin server.
 //   - clientOut (link.go): the client socket's write side. A FATAL is the
 //     last thing written; nothing is written after it. Replies go out once
-//     per loop turn (evloop.Conn.WriteDeferred).
+//     per loop turn (evloop.Conn.WriteDeferred), with the queries sessions
+//     wrote to their servers in the same turn (writeServer): one io_uring
+//     submission for all of them where the kernel allows it.
 //
 // Other goroutines reach a session only through its loop: kill posts an
 // interrupt, which ends the coroutine's current socket wait with the FATAL

@@ -672,6 +672,7 @@ func (s *session) releaseServer(sc *pool.Conn) {
 // destroyServer closes sc and frees its slot.
 func (s *session) destroyServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
+		sock.DropDeferred() // nothing more is owed to a backend being closed
 		sock.Unbind()
 	}
 	s.srv.pool.Destroy(sc)

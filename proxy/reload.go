@@ -28,6 +28,7 @@ func restartKeys(old, cur *config.Config) []string {
 	add(old.LogFormat != cur.LogFormat, "log_format")
 	add(old.InstanceID != cur.InstanceID, "instance_id")
 	add(old.EventLoops != cur.EventLoops, "event_loops")
+	add(old.IOURing != cur.IOURing, "io_uring")
 	add(old.HandoverSocket != cur.HandoverSocket, "handover_socket")
 	add(old.Server.DialConcurrency != cur.Server.DialConcurrency, "server.dial_concurrency")
 	add(old.Leases.Schema != cur.Leases.Schema, "leases.schema")

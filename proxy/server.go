@@ -384,8 +384,9 @@ func (s *Server) startLoops() error {
 	if n <= 0 {
 		n = defaultLoops(runtime.NumCPU())
 	}
+	useRing := s.rc.Load().cfg.IOURing
 	for i := 0; i < n; i++ {
-		l, err := evloop.New()
+		l, err := evloop.New(evloop.Options{NoRing: !useRing})
 		if err != nil {
 			for _, started := range s.loops {
 				started.Stop()
@@ -395,6 +396,9 @@ func (s *Server) startLoops() error {
 		}
 		go l.Run()
 		s.loops = append(s.loops, l)
+	}
+	if useRing && !s.loops[0].UsesRing() {
+		s.log.Info("io_uring is not available: event loops send one write per system call")
 	}
 	return nil
 }

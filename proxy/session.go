@@ -539,7 +539,15 @@ func (s *session) writeServer() error {
 			return err
 		}
 	}
-	_, err := sc.Net.Write(s.sout)
+	var err error
+	if d, ok := sc.Net.(*evloop.Conn); ok {
+		// Sent at the end of the loop's turn with the turn's other
+		// writes (one io_uring submission); a failure shows at the next
+		// read of the replies, which ends in serverLost as well.
+		_, err = d.WriteDeferred(s.sout)
+	} else {
+		_, err = sc.Net.Write(s.sout)
+	}
 	s.app.stats.toServer(len(s.sout))
 	if cap(s.sout) > 64<<10 {
 		s.sout = nil

@@ -93,7 +93,28 @@ func (c *Conn) Bind(co *Co) error {
 }
 
 // Unbind ends the binding: c may go to another goroutine or coroutine.
-func (c *Conn) Unbind() { c.owner = nil }
+// Bytes WriteDeferred still holds are written first (the coroutine waits
+// up to a second for a full socket, as Close does), and c leaves its
+// loop's list of deferred writes: nothing of the loop touches c after.
+func (c *Conn) Unbind() {
+	co := c.owner
+	if co == nil {
+		return
+	}
+	if len(c.wbuf) > 0 && c.werr == nil && !c.closed.Load() {
+		if c.wdl.IsZero() {
+			c.wdl = time.Now().Add(time.Second)
+			defer func() { c.wdl = time.Time{} }()
+		}
+		pending := c.wbuf
+		c.wbuf = nil
+		if _, err := c.writeNow(co, pending); err != nil {
+			c.werr = err
+		}
+	}
+	c.unqueue()
+	c.owner = nil
+}
 
 // Adopted reports whether c reads and writes its own descriptor.
 func (c *Conn) Adopted() bool { return c.fd >= 0 }
@@ -205,6 +226,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 				return 0, c.opError("read", os.NewSyscallError("read", err))
 			}
 		}
+		if err := c.werr; err != nil {
+			// A deferred write failed: the peer will not answer what it
+			// did not get, so waiting for a reply would wait forever.
+			return 0, err
+		}
 		if err := co.wait(c, readable, nil, 0, c.rdl); err != nil {
 			return 0, c.opError("read", err)
 		}
@@ -261,13 +287,51 @@ func (c *Conn) flushDeferred(l *Loop) {
 			s.flush = c
 			return
 		default:
-			c.werr = c.opError("write", os.NewSyscallError("write", err))
-			c.wbuf = c.wbuf[:0]
+			c.failDeferred(l, err)
 			return
 		}
 	}
 	if cap(c.wbuf) > 4<<10 {
 		c.wbuf = nil
+	}
+}
+
+// failDeferred records that a deferred write of c failed with err and
+// wakes a coroutine waiting to read c, whose Read then reports it.
+func (c *Conn) failDeferred(l *Loop, err error) {
+	c.werr = c.opError("write", os.NewSyscallError("write", err))
+	c.wbuf = c.wbuf[:0]
+	s := l.slot(c.fd)
+	if co := s.waiter; co != nil {
+		s.ready |= readable // the read finds EAGAIN, then werr
+		l.Post(func() {
+			if co.wants(l) {
+				l.resume(co)
+			}
+		})
+	}
+}
+
+// DropDeferred forgets the bytes WriteDeferred holds and takes c off its
+// loop's list: for a connection about to be closed whose peer needs
+// nothing more (a server connection being destroyed). Only the bound
+// coroutine calls it.
+func (c *Conn) DropDeferred() {
+	c.wbuf = nil
+	c.unqueue()
+}
+
+// unqueue takes c off its owner's loop's list of deferred writes.
+func (c *Conn) unqueue() {
+	if !c.queued || c.owner == nil {
+		return
+	}
+	c.queued = false
+	q := c.owner.loop.flushq
+	for i := range q {
+		if q[i] == c {
+			q[i] = nil
+		}
 	}
 }
 

@@ -22,8 +22,17 @@
 //     coroutine whose function returned is kept as a spare for the next
 //     Go, so starting one creates no goroutine. GoOnReadable starts one
 //     when an idle socket speaks: an idle session needs no coroutine.
-//   - Replies written with WriteDeferred go out at the end of the loop's
-//     turn, all of the turn's replies together, just before it waits.
+//   - Bytes written with WriteDeferred (replies to clients, queries to
+//     servers) go out at the end of the loop's turn, all of the turn's
+//     writes together, just before it waits: with one io_uring submission
+//     when there are several and the kernel allows io_uring (ring, in
+//     uring_linux.go), else one send(2) each. Every operation in the ring
+//     carries MSG_DONTWAIT, so the kernel finishes it (bytes taken, or
+//     EAGAIN) inside that one call: nothing is in flight when the call
+//     returns, and what a socket did not take waits for its EPOLLOUT as
+//     before. A deferred write that fails is reported by the owner's next
+//     Write, and by its next Read that finds nothing to read (the peer
+//     will not answer what it never got).
 //   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
 //     handshake, dial) and is adopted by a loop: its descriptor is taken out
 //     of Go's netpoller and put in the loop's epoll. TLS and buffered

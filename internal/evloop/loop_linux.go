@@ -72,6 +72,7 @@ type Loop struct {
 	fds    []slot // by descriptor number
 	timers timerHeap
 	flushq []*Conn // connections with deferred writes this turn
+	ring   *ring   // batches the turn's sends (nil: no io_uring)
 	spare  []*Co   // finished coroutines, kept to run the next Go
 	// Spares go after spareIdle with no Go: goRan says Go ran since an
 	// idle turn last looked; idleSince is when an idle turn first found it
@@ -91,8 +92,18 @@ type slot struct {
 	ready  uint8
 }
 
-// New creates a loop; Run runs it.
-func New() (*Loop, error) {
+// Options are a loop's settings.
+type Options struct {
+	// NoRing: write each deferred reply with its own system call, never
+	// through io_uring.
+	NoRing bool
+}
+
+// New creates a loop; Run runs it. Unless o.NoRing, it sets up an io_uring
+// to send the turn's deferred writes with one system call; a kernel that
+// refuses io_uring (too old, or disabled by sysctl or seccomp) leaves the
+// loop writing them one by one (UsesRing reports which).
+func New(o Options) (*Loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -115,7 +126,11 @@ func New() (*Loop, error) {
 		_ = unix.Close(efd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	return &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256), idleAfter: idleAfter}, nil
+	l := &Loop{epfd: epfd, efd: efd, done: make(chan struct{}), events: make([]unix.EpollEvent, 256), idleAfter: idleAfter}
+	if !o.NoRing {
+		l.ring = newRing()
+	}
+	return l, nil
 }
 
 // Post runs fn on the loop goroutine, soon. Any goroutine may call it. It
@@ -150,7 +165,15 @@ func (l *Loop) Stop() {
 	<-l.done
 	_ = unix.Close(l.epfd)
 	_ = unix.Close(l.efd)
+	if l.ring != nil {
+		l.ring.close()
+		l.ring = nil
+	}
 }
+
+// UsesRing reports whether the loop sends a turn's deferred writes through
+// io_uring (see New).
+func (l *Loop) UsesRing() bool { return l.ring != nil }
 
 // Run is the loop goroutine.
 func (l *Loop) Run() {
@@ -357,13 +380,57 @@ func (l *Loop) dispatch(n int) {
 	l.flush()
 }
 
-// flush writes the deferred replies of this turn.
+// flush writes the deferred replies of this turn: with one io_uring
+// submission when there are several and the kernel has io_uring, else one
+// send each.
 func (l *Loop) flush() {
+	if len(l.flushq) > 1 && l.ring != nil {
+		l.flushRing()
+	}
 	for i, c := range l.flushq {
-		c.flushDeferred(l)
+		if c != nil {
+			c.flushDeferred(l)
+		}
 		l.flushq[i] = nil
 	}
 	l.flushq = l.flushq[:0]
+}
+
+// flushRing sends the first bytes of each queued connection through the
+// ring; what a send did not take (rare) is left for flushDeferred.
+func (l *Loop) flushRing() {
+	r := l.ring
+	for i, c := range l.flushq {
+		if c == nil || len(c.wbuf) == 0 || c.closed.Load() || c.werr != nil || c.home != l || r.full() {
+			continue
+		}
+		r.add(uringOpSend, c.fd, c.wbuf, uint64(i))
+	}
+	if !r.submit(l.sent) {
+		r.close() // flush writes them one by one, as it will from now on
+		l.ring = nil
+	}
+}
+
+// sent takes the result of the ring's send for l.flushq[tag].
+func (l *Loop) sent(tag uint64, res int32) {
+	c := l.flushq[tag]
+	switch {
+	case res > 0:
+		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[res:])]
+		if len(c.wbuf) > 0 {
+			return // flushDeferred writes the rest
+		}
+		if cap(c.wbuf) > 4<<10 {
+			c.wbuf = nil
+		}
+	case -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR):
+		return // flushDeferred tries again and waits for writability
+	default:
+		c.failDeferred(l, unix.Errno(-res))
+	}
+	c.queued = false
+	l.flushq[tag] = nil
 }
 
 // slot returns the loop's record of fd.

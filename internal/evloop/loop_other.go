@@ -18,7 +18,13 @@ var ErrStopped = errors.New("evloop: loop stopped")
 type Loop struct{}
 
 // New reports that event loops need Linux.
-func New() (*Loop, error) { return nil, errUnsupported }
+func New(Options) (*Loop, error) { return nil, errUnsupported }
+
+// Options: see the Linux implementation.
+type Options struct{ NoRing bool }
+
+// UsesRing: see the Linux implementation.
+func (l *Loop) UsesRing() bool { return false }
 
 // Post, Stop, Run, Go, GoOnReadable and StopOnReadable exist so that
 // lockpool builds here; no Loop is ever made.
@@ -55,8 +61,9 @@ func Wrap(nc net.Conn) *Conn {
 	return &Conn{nc}
 }
 
-// Bind, Unbind, Adopted and WriteDeferred: see the Linux implementation.
+// Bind, Unbind, DropDeferred, Adopted and WriteDeferred: see the Linux implementation.
 func (c *Conn) Bind(co *Co) error                   { return errUnsupported }
 func (c *Conn) Unbind()                             {}
+func (c *Conn) DropDeferred()                       {}
 func (c *Conn) Adopted() bool                       { return false }
 func (c *Conn) WriteDeferred(p []byte) (int, error) { return c.Write(p) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"os"
 	"sync"
@@ -17,7 +18,7 @@ import (
 
 func startLoop(t *testing.T) *Loop {
 	t.Helper()
-	l, err := New()
+	l, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +495,7 @@ func TestPostWakesOnlyParkedLoop(t *testing.T) {
 // preempting it), and from there a socket, a post and a timer each still
 // wake it.
 func TestIdleLoopWaitsInNetpoller(t *testing.T) {
-	l, err := New()
+	l, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,5 +660,194 @@ func TestConnAddresses(t *testing.T) {
 			check("adopted")
 			_ = c.Close()
 		})
+	}
+}
+
+// TestDeferredWritesArriveWhole runs many coroutines on one loop that each
+// answer their peer's tokens with deferred writes of random sizes (a few
+// larger than a socket takes at once), with and without io_uring, and
+// checks every byte arrives in order: a turn's writes go out together,
+// partial sends are finished later, and a Write after deferred bytes sends
+// them first.
+func TestDeferredWritesArriveWhole(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{{"io_uring", Options{}}, {"one_send_each", Options{NoRing: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := New(tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.o.NoRing && !l.UsesRing() {
+				if os.Getenv("CI") != "" {
+					t.Fatal("io_uring is not available")
+				}
+				t.Log("io_uring is not available here: both runs send one by one")
+			}
+			go l.Run()
+			t.Cleanup(l.Stop)
+			const clients, rounds = 24, 40
+			seed := time.Now().UnixNano()
+			t.Logf("seed %d", seed)
+			size := func(rng *rand.Rand) int {
+				if rng.Intn(10) == 0 {
+					return 20000 + rng.Intn(60000) // past maxDeferred or a socket's buffer
+				}
+				return 1 + rng.Intn(3000)
+			}
+			fill := func(b []byte, client, off int) {
+				for k := range b {
+					b[k] = byte((off+k)*7 + client)
+				}
+			}
+			var wg sync.WaitGroup
+			for i := 0; i < clients; i++ {
+				c, peer := pair(t)
+				// Small buffers: sends are partial and EAGAIN is common.
+				_ = c.inner.(*net.TCPConn).SetWriteBuffer(8 << 10)
+				_ = peer.(*net.TCPConn).SetReadBuffer(8 << 10)
+				run(l, func(co *Co) {
+					if err := c.Bind(co); err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					rng := rand.New(rand.NewSource(seed + int64(i)))
+					token, off := make([]byte, 1), 0
+					for r := 0; r < rounds; r++ {
+						if _, err := io.ReadFull(c, token); err != nil {
+							t.Error(err)
+							return
+						}
+						b := make([]byte, size(rng))
+						fill(b, i, off)
+						off += len(b)
+						write := c.WriteDeferred
+						if rng.Intn(5) == 0 {
+							write = c.Write
+						}
+						if n, err := write(b); err != nil || n != len(b) {
+							t.Errorf("client %d round %d: wrote %d of %d: %v", i, r, n, len(b), err)
+							return
+						}
+					}
+				})
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					defer peer.Close()
+					rng := rand.New(rand.NewSource(seed + int64(i)))
+					off := 0
+					for r := 0; r < rounds; r++ {
+						if _, err := peer.Write([]byte{1}); err != nil {
+							t.Error(err)
+							return
+						}
+						n := size(rng)
+						rng.Intn(5) // the writer's choice of Write or WriteDeferred
+						got, want := make([]byte, n), make([]byte, n)
+						_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+						if _, err := io.ReadFull(peer, got); err != nil {
+							t.Errorf("client %d round %d: %v", i, r, err)
+							return
+						}
+						fill(want, i, off)
+						off += n
+						if !bytes.Equal(got, want) {
+							t.Errorf("client %d round %d: bytes out of order", i, r)
+							return
+						}
+					}
+				}(i)
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// TestDeferredWriteErrorReachesNextWrite: a deferred write to a peer that
+// reset the connection fails at the end of the turn, and the owner's next
+// write reports it (with io_uring and without).
+func TestDeferredWriteErrorReachesNextWrite(t *testing.T) {
+	for _, o := range []Options{{}, {NoRing: true}} {
+		l, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go l.Run()
+		c, peer := pair(t)
+		c2, peer2 := pair(t)
+		_ = peer.(*net.TCPConn).SetLinger(0)
+		_ = peer.Close() // a reset: the next send fails
+		done := run(l, func(co *Co) {
+			if err := c.Bind(co); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := c2.Bind(co); err != nil {
+				t.Error(err)
+				return
+			}
+			// Two connections in one turn: the io_uring batch.
+			for k := 0; k < 50; k++ {
+				if _, err := c.WriteDeferred([]byte("hello")); err != nil {
+					return // the reset was seen: the test passes
+				}
+				if _, err := c2.WriteDeferred([]byte("x")); err != nil {
+					t.Errorf("healthy connection: %v", err)
+					return
+				}
+				if err := co.Park(time.Now().Add(10 * time.Millisecond)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Error(err)
+					return
+				}
+			}
+			t.Errorf("no write failed after the peer reset (ring %v)", l.UsesRing())
+		})
+		<-done
+		buf := make([]byte, 64)
+		_ = peer2.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := peer2.Read(buf); err != nil || n == 0 || !bytes.Equal(buf[:n], bytes.Repeat([]byte("x"), n)) {
+			t.Errorf("healthy peer got %q, %v", buf[:n], err)
+		}
+		l.Stop()
+	}
+}
+
+// TestUnbindWritesDeferredBytes: bytes WriteDeferred holds when a
+// connection is unbound are written before Unbind returns, and the loop
+// does not touch the connection afterwards.
+func TestUnbindWritesDeferredBytes(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	c2, peer2 := pair(t)
+	done := run(l, func(co *Co) {
+		for _, x := range []*Conn{c, c2} {
+			if err := x.Bind(co); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := x.WriteDeferred([]byte("before unbind")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		c.Unbind()
+	})
+	<-done
+	// Nothing of the loop writes c now: another goroutine may use it.
+	if _, err := c.Write([]byte("; after")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct {
+		conn net.Conn
+		want string
+	}{{peer, "before unbind; after"}, {peer2, "before unbind"}} {
+		got := make([]byte, len(p.want))
+		_ = p.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(p.conn, got); err != nil || string(got) != p.want {
+			t.Errorf("peer got %q, %v; want %q", got, err, p.want)
+		}
 	}
 }
