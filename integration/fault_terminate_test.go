@@ -19,12 +19,21 @@ import (
 	"github.com/lockpool/lockpool/internal/testenv"
 )
 
+// TestFaultTerminateBackends runs with the event loops' sends batched
+// through io_uring (the default) and sent one by one: a terminated
+// backend makes a deferred query write fail in either.
 func TestFaultTerminateBackends(t *testing.T) {
+	for _, ring := range []string{"true", "false"} {
+		t.Run("io_uring_"+ring, func(t *testing.T) { faultTerminateBackends(t, "io_uring: "+ring) })
+	}
+}
+
+func faultTerminateBackends(t *testing.T, top string) {
 	c := pgtest.Require(t)
 	const role, db = "flterm", "appdb"
 	testenv.EnsureRole(t, c, role)
 	const plain, pinnedN, kills = 16, 4, 200
-	yaml := testenv.UserYAML(c, "", 30, "  connect_timeout: 2s", role, appPassword,
+	yaml := testenv.UserYAML(c, top, 30, "  connect_timeout: 2s", role, appPassword,
 		"    database: appdb\n    max_connections: 12\n    max_pinned: 4\n    wait_timeout: 5s")
 	l, _ := startYAML(t, yaml)
 	ctx := context.Background()

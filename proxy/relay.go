@@ -664,6 +664,11 @@ func (s *session) bindServer(sc *pool.Conn) {
 // another session's loop take it).
 func (s *session) releaseServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
+		if err := sock.Flush(); err != nil {
+			// Never seen: what a session writes is answered before it
+			// releases the connection, so nothing is held by then.
+			sc.Broken = true
+		}
 		sock.Unbind()
 	}
 	s.srv.pool.Release(sc)

@@ -93,13 +93,19 @@ func (c *Conn) Bind(co *Co) error {
 }
 
 // Unbind ends the binding: c may go to another goroutine or coroutine.
-// Bytes WriteDeferred still holds are written first (the coroutine waits
-// up to a second for a full socket, as Close does), and c leaves its
-// loop's list of deferred writes: nothing of the loop touches c after.
-func (c *Conn) Unbind() {
+// Bytes WriteDeferred holds stay queued for the loop's turn, which writes
+// them even unbound (a resting session's last reply); a connection that
+// may leave the loop (to the pool) is flushed first (Flush).
+func (c *Conn) Unbind() { c.owner = nil }
+
+// Flush writes the bytes WriteDeferred holds now, in the bound coroutine
+// (waiting up to a second for a full socket, as Close does), and takes c
+// off its loop's list of deferred writes: after it, nothing of the loop
+// touches c, so c may go to another goroutine or loop.
+func (c *Conn) Flush() error {
 	co := c.owner
 	if co == nil {
-		return
+		return nil
 	}
 	if len(c.wbuf) > 0 && c.werr == nil && !c.closed.Load() {
 		if c.wdl.IsZero() {
@@ -113,7 +119,7 @@ func (c *Conn) Unbind() {
 		}
 	}
 	c.unqueue()
-	c.owner = nil
+	return c.werr
 }
 
 // Adopted reports whether c reads and writes its own descriptor.

@@ -424,7 +424,7 @@ func (l *Loop) sent(tag uint64, res int32) {
 		if cap(c.wbuf) > 4<<10 {
 			c.wbuf = nil
 		}
-	case -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR):
+	case res == 0 || -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR):
 		return // flushDeferred tries again and waits for writability
 	default:
 		c.failDeferred(l, unix.Errno(-res))

@@ -815,10 +815,11 @@ func TestDeferredWriteErrorReachesNextWrite(t *testing.T) {
 	}
 }
 
-// TestUnbindWritesDeferredBytes: bytes WriteDeferred holds when a
-// connection is unbound are written before Unbind returns, and the loop
-// does not touch the connection afterwards.
-func TestUnbindWritesDeferredBytes(t *testing.T) {
+// TestFlushWritesDeferredBytes: Flush writes the bytes WriteDeferred holds
+// before it returns, and the loop does not touch the connection after it
+// (and Unbind); a connection only unbound keeps its bytes queued for the
+// loop's turn.
+func TestFlushWritesDeferredBytes(t *testing.T) {
 	l := startLoop(t)
 	c, peer := pair(t)
 	c2, peer2 := pair(t)
@@ -833,7 +834,11 @@ func TestUnbindWritesDeferredBytes(t *testing.T) {
 				return
 			}
 		}
+		if err := c.Flush(); err != nil {
+			t.Error(err)
+		}
 		c.Unbind()
+		c2.Unbind()
 	})
 	<-done
 	// Nothing of the loop writes c now: another goroutine may use it.
