@@ -94,8 +94,8 @@ type slot struct {
 
 // Options are a loop's settings.
 type Options struct {
-	// NoRing: write each deferred reply with its own system call, never
-	// through io_uring.
+	// NoRing: write each connection's deferred bytes with a system call
+	// of its own, never through io_uring.
 	NoRing bool
 }
 
@@ -380,7 +380,7 @@ func (l *Loop) dispatch(n int) {
 	l.flush()
 }
 
-// flush writes the deferred replies of this turn: with one io_uring
+// flush writes the deferred writes of this turn: with one io_uring
 // submission when there are several and the kernel has io_uring, else one
 // send each.
 func (l *Loop) flush() {

@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ring is a minimal io_uring used to issue several socket sends (or
-// receives) with one system call. Every operation is submitted with
-// MSG_DONTWAIT, so the kernel completes it during the submitting call
-// (data taken or EAGAIN): nothing stays in flight after batch returns, and
+// ring is a minimal io_uring used to issue several socket sends with one
+// system call. Every operation is submitted with MSG_DONTWAIT, so the
+// kernel completes it during the submitting call (data taken or EAGAIN):
+// nothing stays in flight after submit returns, and
 // the buffers need to live only as long as the call. A ring belongs to one
 // loop goroutine.
 type ring struct {
@@ -70,7 +70,6 @@ type uringParams struct {
 
 const (
 	uringOpSend = 26
-	uringOpRecv = 27
 
 	uringEnterGetEvents = 1
 	uringFeatSingleMmap = 1
@@ -146,7 +145,7 @@ func (r *ring) close() {
 // full reports whether the batch has no room for another operation.
 func (r *ring) full() bool { return r.pending == uint32(len(r.sqes)) }
 
-// add queues one send (op uringOpSend) or receive of p on fd.
+// add queues operation op (uringOpSend) of p on fd.
 func (r *ring) add(op uint8, fd int, p []byte, tag uint64) {
 	tail := *r.sqTail + r.pending
 	i := tail & r.sqMask
