@@ -109,7 +109,7 @@ var keys = []key{
 		meaning: "event loops that run the client sessions (each an epoll loop on its own thread driving its sessions as coroutines); `0` is one per four CPUs, at least one (see Performance); read at start only",
 		at:      func(c any) any { return &c.(*Config).EventLoops }},
 	{path: "io_uring", kind: kindBool, def: "true",
-		meaning: "each event loop sends the replies and queries of one turn with one io_uring submission (Linux 5.19 or later; where the kernel refuses io_uring, as under seccomp filters that block it, the loop logs that and sends one by one); `false` always sends one by one; read at start only",
+		meaning: "each event loop sends the replies and queries of one turn with one io_uring submission, and receives for all the sessions waiting in a read whose sockets became readable together with one more (Linux 5.19 or later; where the kernel refuses io_uring, as under seccomp filters that block it, the loop logs that and sends and receives one by one); `false` always does; read at start only",
 		at:      func(c any) any { return &c.(*Config).IOURing }},
 	{path: "admin_token", kind: kindString, def: "",
 		meaning: "when set, `/debug/*` needs `Authorization: Bearer <token>` (`/metrics`, `/up`, `/health/ready` stay open); required when `admin_listen` is not a loopback address",

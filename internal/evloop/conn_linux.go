@@ -237,10 +237,32 @@ func (c *Conn) Read(p []byte) (int, error) {
 			// did not get, so waiting for a reply would wait forever.
 			return 0, err
 		}
-		if err := co.wait(c, readable, nil, 0, c.rdl); err != nil {
+		co.rconn, co.rbuf = c, p
+		err := co.wait(c, readable, nil, 0, c.rdl)
+		co.rconn, co.rbuf = nil, nil
+		s = co.loop.slot(c.fd)
+		if co.rdone {
+			// The loop received for this Read (receiveAll). Bytes it took
+			// are returned even when the wait also ended otherwise: the
+			// error shows at the next Read.
+			co.rdone = false
+			switch res := co.rres; {
+			case res > 0:
+				if int(res) < len(p) && s.ready&hup == 0 {
+					s.ready &^= readable
+				}
+				return int(res), nil
+			case res == 0:
+				return 0, io.EOF
+			case -res == int32(unix.EAGAIN):
+				s.ready &^= readable
+			case -res != int32(unix.EINTR):
+				return 0, c.opError("read", os.NewSyscallError("recv", unix.Errno(-res)))
+			}
+		}
+		if err != nil {
 			return 0, c.opError("read", err)
 		}
-		s = co.loop.slot(c.fd)
 	}
 }
 

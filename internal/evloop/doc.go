@@ -33,6 +33,13 @@
 //     before. A deferred write that fails is reported by the owner's next
 //     Write, and by its next Read that finds nothing to read (the peer
 //     will not answer what it never got).
+//   - Receives the other way round: when epoll reports several sockets
+//     readable whose coroutines wait in Read, the loop receives for all of
+//     them with one io_uring submission (receiveAll), each into the buffer
+//     its Read is waiting to fill, before it resumes any of them; Read
+//     returns what was received as if it had read it itself. A coroutine
+//     so served is always resumed in that turn (edge-triggered epoll sends
+//     no second event for bytes already taken).
 //   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
 //     handshake, dial) and is adopted by a loop: its descriptor is taken out
 //     of Go's netpoller and put in the loop's epoll. TLS and buffered

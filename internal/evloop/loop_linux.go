@@ -72,8 +72,12 @@ type Loop struct {
 	fds    []slot // by descriptor number
 	timers timerHeap
 	flushq []*Conn // connections with deferred writes this turn
-	ring   *ring   // batches the turn's sends (nil: no io_uring)
-	spare  []*Co   // finished coroutines, kept to run the next Go
+	recvq  []*Co   // coroutines in Read whose sockets are readable (receiveAll)
+	// ringReceives counts receives done through the ring (for tests; read
+	// it after Stop).
+	ringReceives int
+	ring         *ring // batches the turn's sends (nil: no io_uring)
+	spare        []*Co // finished coroutines, kept to run the next Go
 	// Spares go after spareIdle with no Go: goRan says Go ran since an
 	// idle turn last looked; idleSince is when an idle turn first found it
 	// had not (the clock is read on idle turns only).
@@ -342,6 +346,9 @@ func (l *Loop) runPosted() bool {
 }
 
 // dispatch records the readiness of n events and resumes their waiters.
+// It first records every event's readiness (and, with a ring, receives for
+// all coroutines waiting in Read on a readable socket at once: see
+// receiveAll), then resumes, flushes and starts in event order.
 func (l *Loop) dispatch(n int) {
 	for i := 0; i < n; i++ {
 		ev := &l.events[i]
@@ -349,9 +356,11 @@ func (l *Loop) dispatch(n int) {
 		if fd == l.efd {
 			var b [8]byte
 			_, _, _ = unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
+			ev.Fd = -1
 			continue
 		}
 		if fd >= len(l.fds) {
+			ev.Fd = -1
 			continue
 		}
 		s := &l.fds[fd]
@@ -364,11 +373,26 @@ func (l *Loop) dispatch(n int) {
 		if ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			s.ready |= writable
 		}
+		if co := s.waiter; co != nil && l.ring != nil && s.ready&readable != 0 && co.rconn != nil && co.rconn.fd == fd && co.rconn.home == l && !co.rconn.closed.Load() {
+			l.recvq = append(l.recvq, co)
+		}
+	}
+	if len(l.recvq) > 0 {
+		l.receiveAll()
+	}
+	for i := 0; i < n; i++ {
+		fd := int(l.events[i].Fd)
+		if fd < 0 {
+			continue
+		}
+		s := &l.fds[fd]
 		if c := s.flush; c != nil && s.ready&writable != 0 {
 			s.flush = nil
 			c.flushDeferred(l)
 		}
-		if co := s.waiter; co != nil && co.wants(l) {
+		if co := s.waiter; co != nil && (co.rdone || co.wants(l)) {
+			// rdone: receiveAll took bytes for it (no edge will come
+			// for them), so it is resumed whatever its socket says now.
 			l.resume(co)
 			s = &l.fds[fd] // the coroutine may have grown the table
 		}
@@ -410,6 +434,35 @@ func (l *Loop) flushRing() {
 		r.close() // flush writes them one by one, as it will from now on
 		l.ring = nil
 	}
+}
+
+// receiveAll receives for the coroutines of l.recvq, each waiting in Read
+// on a readable socket, into the buffer that Read is to fill (Co.rbuf),
+// all with one io_uring submission; Read takes the result when its
+// coroutine resumes. With one coroutine Read receives for itself (a
+// submission of one costs what its recvfrom would).
+func (l *Loop) receiveAll() {
+	if r := l.ring; len(l.recvq) > 1 && r != nil {
+		for i, co := range l.recvq {
+			if r.full() {
+				break // the rest read for themselves
+			}
+			r.add(uringOpRecv, co.rconn.fd, co.rbuf, uint64(i))
+		}
+		if !r.submit(l.received) {
+			r.close() // from now on every Read and flush uses its own call
+			l.ring = nil
+		}
+	}
+	clear(l.recvq)
+	l.recvq = l.recvq[:0]
+}
+
+// received takes the result of the ring's receive for l.recvq[tag].
+func (l *Loop) received(tag uint64, res int32) {
+	co := l.recvq[tag]
+	co.rres, co.rdone = res, true
+	l.ringReceives++
 }
 
 // sent takes the result of the ring's send for l.flushq[tag].
@@ -591,6 +644,14 @@ type Co struct {
 	idle     bool      // its function returned: kept as a spare
 	dead     bool
 	unpark   func() // posted by Unpark
+
+	// A Read suspended until its socket (rconn) is readable: the loop may
+	// receive into rbuf for it (receiveAll) and leave the result in rres
+	// (a count, or a negative errno) with rdone set.
+	rconn *Conn
+	rbuf  []byte
+	rres  int32
+	rdone bool
 }
 
 // Loop returns the loop that runs co.

@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -762,6 +763,104 @@ func TestDeferredWritesArriveWhole(t *testing.T) {
 				}(i)
 			}
 			wg.Wait()
+		})
+	}
+}
+
+// TestReadsArriveWhole: many coroutines on one loop read streams their
+// peers write in random pieces, each into buffers of random size, so that
+// several sockets are readable in one turn (then the loop receives for all
+// of them with one io_uring submission); every byte arrives once and in
+// order, and a peer's close reads as io.EOF after its last byte (with
+// io_uring and without).
+func TestReadsArriveWhole(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{{"io_uring", Options{}}, {"one_receive_each", Options{NoRing: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := New(tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ring := l.UsesRing()
+			if !tc.o.NoRing && !ring {
+				if os.Getenv("CI") != "" {
+					t.Fatal("io_uring is not available")
+				}
+				t.Log("io_uring is not available here: both runs receive one by one")
+			}
+			go l.Run()
+			const clients, total = 24, 200 << 10
+			seed := time.Now().UnixNano()
+			t.Logf("seed %d", seed)
+			stream := func(b []byte, client, off int) {
+				for k := range b {
+					b[k] = byte((off+k)*13 + client)
+				}
+			}
+			var wg sync.WaitGroup
+			var done []chan struct{}
+			for i := 0; i < clients; i++ {
+				c, peer := pair(t)
+				done = append(done, run(l, func(co *Co) {
+					if err := c.Bind(co); err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					rng := rand.New(rand.NewSource(seed - int64(i)))
+					want, off := make([]byte, 16<<10), 0
+					for {
+						b := make([]byte, 1+rng.Intn(8000))
+						n, err := c.Read(b)
+						if err == io.EOF && n == 0 {
+							break
+						}
+						if err != nil {
+							t.Errorf("client %d at %d: %v", i, off, err)
+							return
+						}
+						stream(want[:n], i, off)
+						if !bytes.Equal(b[:n], want[:n]) {
+							t.Errorf("client %d: bytes %d..%d are not the stream's", i, off, off+n)
+							return
+						}
+						off += n
+					}
+					if off != total {
+						t.Errorf("client %d: read %d bytes before EOF, the peer wrote %d", i, off, total)
+					}
+				}))
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					rng := rand.New(rand.NewSource(seed + int64(i)))
+					for off := 0; off < total; {
+						n := min(1+rng.Intn(6000), total-off)
+						b := make([]byte, n)
+						stream(b, i, off)
+						if _, err := peer.Write(b); err != nil {
+							t.Error(err)
+							return
+						}
+						off += n
+						if rng.Intn(4) == 0 {
+							runtime.Gosched()
+						}
+					}
+					_ = peer.Close()
+				}(i)
+			}
+			wg.Wait()
+			for _, d := range done {
+				<-d
+			}
+			l.Stop()
+			if ring && l.ringReceives == 0 {
+				t.Error("the loop never received through io_uring")
+			}
+			t.Logf("%d receives through io_uring", l.ringReceives)
 		})
 	}
 }

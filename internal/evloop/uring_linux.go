@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ring is a minimal io_uring used to issue several socket sends with one
-// system call. Every operation is submitted with MSG_DONTWAIT, so the
+// ring is a minimal io_uring used to issue several socket sends, or
+// several receives, with one system call. Every operation is submitted with MSG_DONTWAIT, so the
 // kernel completes it during the submitting call (data taken or EAGAIN):
 // nothing stays in flight after submit returns, and
 // the buffers need to live only as long as the call. A ring belongs to one
@@ -26,7 +26,8 @@ type ring struct {
 	cqTail  *uint32
 	cqMask  uint32
 	cqes    []uringCQE
-	pending uint32 // SQEs filled since the last submit
+	pending uint32              // SQEs filled since the last submit
+	tags    [ringEntries]uint64 // the callers' tags of those SQEs, by position
 	sqMem   []byte
 	cqMem   []byte
 	sqeMem  []byte
@@ -70,6 +71,7 @@ type uringParams struct {
 
 const (
 	uringOpSend = 26
+	uringOpRecv = 27
 
 	uringEnterGetEvents = 1
 	uringFeatSingleMmap = 1
@@ -143,58 +145,77 @@ func (r *ring) close() {
 }
 
 // full reports whether the batch has no room for another operation.
-func (r *ring) full() bool { return r.pending == uint32(len(r.sqes)) }
+func (r *ring) full() bool { return r.pending == uint32(min(len(r.sqes), ringEntries)) }
 
-// add queues operation op (uringOpSend) of p on fd.
+// add queues operation op (uringOpSend, uringOpRecv) of p on fd; submit
+// reports its result under tag.
 func (r *ring) add(op uint8, fd int, p []byte, tag uint64) {
 	tail := *r.sqTail + r.pending
 	i := tail & r.sqMask
-	r.sqes[i] = uringSQE{opcode: op, fd: int32(fd), addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), len: uint32(len(p)), opFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, userData: tag}
+	r.sqes[i] = uringSQE{opcode: op, fd: int32(fd), addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), len: uint32(len(p)), opFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, userData: uint64(r.pending)}
 	r.sqArray[i] = i
+	r.tags[r.pending] = tag
 	r.pending++
 }
 
 // submit issues the queued operations with one system call and calls done
 // with each one's tag and result (a count, or a negative errno). The
-// buffers given to add may be reused when it returns. It reports false
-// when the kernel took none of them (done was not called; the ring is
-// unusable): the caller then does the work itself.
+// buffers given to add may be reused when it returns. It reports false when
+// the ring is unusable (the caller closes it): the kernel took fewer
+// operations than given, or their completions did not all come. done was
+// not called for an operation the kernel did not take (it did not happen:
+// the caller does that work itself); an operation it took whose completion
+// did not come is reported as -ECANCELED (whether it happened is unknown, so
+// its connection must fail rather than repeat or lose bytes).
 func (r *ring) submit(done func(tag uint64, res int32)) bool {
 	n := r.pending
 	if n == 0 {
 		return true
 	}
-	atomic.StoreUint32(r.sqTail, *r.sqTail+n)
+	tail := *r.sqTail
+	atomic.StoreUint32(r.sqTail, tail+n)
 	r.pending = 0
+	var taken uint32
 	for {
 		got, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), uintptr(n), uringEnterGetEvents, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
-		if e != 0 || uint32(got) != n {
-			// Taken with MSG_DONTWAIT, an operation completes within
-			// the call, so a kernel that took fewer than all (or none,
-			// with an error) is not one this code understands.
-			return false
+		if e == 0 {
+			taken = uint32(got)
 		}
 		break
 	}
-	for want := n; want > 0; {
+	// Taken with MSG_DONTWAIT, an operation completes within the call, so
+	// the completions are all there now; the wait below is for a kernel
+	// that does otherwise.
+	var seen [ringEntries]bool
+	want := taken
+	for want > 0 {
 		head := atomic.LoadUint32(r.cqHead)
-		tail := atomic.LoadUint32(r.cqTail)
-		for ; head != tail && want > 0; head++ {
+		ctail := atomic.LoadUint32(r.cqTail)
+		for ; head != ctail && want > 0; head++ {
 			c := &r.cqes[head&r.cqMask]
-			done(c.userData, c.res)
-			want--
+			if k := c.userData; k < uint64(len(seen)) && !seen[k] {
+				seen[k] = true
+				done(r.tags[k], c.res)
+				want--
+			}
 		}
 		atomic.StoreUint32(r.cqHead, head)
 		if want > 0 {
-			// Not expected (all completed inline); wait for the rest.
 			_, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(want), uringEnterGetEvents, 0, 0)
-			if e != 0 && e != unix.EINTR {
-				return true
+			if e != 0 && e != unix.EINTR && e != unix.EAGAIN && e != unix.EBUSY {
+				break
 			}
 		}
 	}
-	return true
+	if want > 0 {
+		for k := uint32(0); k < taken; k++ {
+			if !seen[k] {
+				done(r.tags[k], -int32(unix.ECANCELED))
+			}
+		}
+	}
+	return taken == n && want == 0
 }
