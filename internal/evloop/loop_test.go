@@ -955,3 +955,41 @@ func TestFlushWritesDeferredBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestDropDeferredSendsNothing: bytes held by WriteDeferred and dropped in
+// the same turn (a server connection being destroyed) never reach the peer,
+// not even in part, while another connection's deferred bytes of that
+// turn still go out whole.
+func TestDropDeferredSendsNothing(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	c2, peer2 := pair(t)
+	done := run(l, func(co *Co) {
+		for _, x := range []*Conn{c, c2} {
+			if err := x.Bind(co); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := x.WriteDeferred([]byte("Q: a query")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		c.DropDeferred()
+		c.Unbind()
+		c2.Unbind()
+	})
+	<-done
+	if err := c.Close(); err != nil { // as the pool closes it, after the turn
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(peer); err != nil || len(got) != 0 {
+		t.Errorf("the dropped connection's peer got %q, %v; want nothing, then EOF", got, err)
+	}
+	got := make([]byte, len("Q: a query"))
+	_ = peer2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(peer2, got); err != nil || string(got) != "Q: a query" {
+		t.Errorf("the other peer got %q, %v", got, err)
+	}
+}
