@@ -72,7 +72,7 @@ func runMatrix(o *options, e *env, rep *Report) []*Row {
 				row := &Row{Script: script, Mode: mode, Clients: c, Results: map[string]*Result{}}
 				runs := map[string][]*Result{}
 				for round := 1; round <= o.rounds; round++ {
-					for _, t := range e.targets() {
+					for _, t := range e.roundTargets(round) {
 						if t.Name == "direct" && c > o.directMaxClients {
 							continue // printed as n/a
 						}

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMedianResult(t *testing.T) {
 	run := func(tps, p99, cpu, sw float64, n int64) *Result {
@@ -43,3 +46,26 @@ func TestMedianResult(t *testing.T) {
 }
 
 func near(a, b float64) bool { d := a - b; return d < 1e-9 && d > -1e-9 }
+
+func TestRoundTargets(t *testing.T) {
+	e := &env{direct: &target{Name: "direct"}, lockpool: &target{Name: "lockpool"}, pgbouncer: &target{Name: "pgbouncer"}}
+	noPgb := &env{direct: e.direct, lockpool: e.lockpool}
+	for _, tc := range []struct {
+		e     *env
+		round int
+		want  string
+	}{
+		{e, 1, "direct lockpool pgbouncer"},
+		{e, 2, "direct pgbouncer lockpool"},
+		{e, 3, "direct lockpool pgbouncer"},
+		{noPgb, 2, "direct lockpool"},
+	} {
+		var names []string
+		for _, x := range tc.e.roundTargets(tc.round) {
+			names = append(names, x.Name)
+		}
+		if got := strings.Join(names, " "); got != tc.want {
+			t.Errorf("round %d: %s, want %s", tc.round, got, tc.want)
+		}
+	}
+}

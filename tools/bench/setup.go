@@ -55,6 +55,19 @@ func (e *env) targets() []*target {
 	return t
 }
 
+// roundTargets is the order of the targets in round (from 1): direct
+// first, then the poolers, lockpool first in odd rounds and PgBouncer first
+// in even ones, so that neither always runs right after the direct run (or
+// always last) and an effect of the order shows in the rounds' spread
+// instead of in the ratio.
+func (e *env) roundTargets(round int) []*target {
+	t := e.targets()
+	if round%2 == 0 && len(t) == 3 {
+		t[1], t[2] = t[2], t[1]
+	}
+	return t
+}
+
 func (e *env) poolers() []*target {
 	t := []*target{e.lockpool}
 	if e.pgbouncer != nil {
