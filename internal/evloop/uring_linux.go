@@ -10,11 +10,11 @@ import (
 )
 
 // ring is a minimal io_uring used to issue several socket sends, or
-// several receives, with one system call. Every operation is submitted with MSG_DONTWAIT, so the
-// kernel completes it during the submitting call (data taken or EAGAIN):
-// nothing stays in flight after submit returns, and
-// the buffers need to live only as long as the call. A ring belongs to one
-// loop goroutine.
+// several receives, with one system call. Every operation is submitted
+// with MSG_DONTWAIT, so the kernel completes it during the submitting call
+// (bytes moved, or EAGAIN): nothing stays in flight after submit returns,
+// and the buffers need to live only as long as the call. A ring belongs to
+// one loop goroutine.
 type ring struct {
 	fd      int
 	sqHead  *uint32
