@@ -664,6 +664,31 @@ func TestConnAddresses(t *testing.T) {
 	}
 }
 
+// ringModes are the two ways a loop moves a turn's bytes: through io_uring
+// and with a system call each.
+var ringModes = []struct {
+	name string
+	o    Options
+}{{"io_uring", Options{}}, {"one_call_each", Options{NoRing: true}}}
+
+// newLoopIn returns a new loop with options o; asked for io_uring where
+// the kernel refuses it, it fails under CI and otherwise logs that the
+// loop makes one call per operation.
+func newLoopIn(t *testing.T, o Options) *Loop {
+	t.Helper()
+	l, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.NoRing && !l.UsesRing() {
+		if os.Getenv("CI") != "" {
+			t.Fatal("io_uring is not available")
+		}
+		t.Log("io_uring is not available here: the loop makes one call per operation")
+	}
+	return l
+}
+
 // TestDeferredWritesArriveWhole runs many coroutines on one loop that each
 // answer their peer's tokens with deferred writes of random sizes (a few
 // larger than a socket takes at once), with and without io_uring, and
@@ -671,21 +696,9 @@ func TestConnAddresses(t *testing.T) {
 // partial sends are finished later, and a Write after deferred bytes sends
 // them first.
 func TestDeferredWritesArriveWhole(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		o    Options
-	}{{"io_uring", Options{}}, {"one_send_each", Options{NoRing: true}}} {
+	for _, tc := range ringModes {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := New(tc.o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tc.o.NoRing && !l.UsesRing() {
-				if os.Getenv("CI") != "" {
-					t.Fatal("io_uring is not available")
-				}
-				t.Log("io_uring is not available here: both runs send one by one")
-			}
+			l := newLoopIn(t, tc.o)
 			go l.Run()
 			t.Cleanup(l.Stop)
 			const clients, rounds = 24, 40
@@ -774,22 +787,10 @@ func TestDeferredWritesArriveWhole(t *testing.T) {
 // order, and a peer's close reads as io.EOF after its last byte (with
 // io_uring and without).
 func TestReadsArriveWhole(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		o    Options
-	}{{"io_uring", Options{}}, {"one_receive_each", Options{NoRing: true}}} {
+	for _, tc := range ringModes {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := New(tc.o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := newLoopIn(t, tc.o)
 			ring := l.UsesRing()
-			if !tc.o.NoRing && !ring {
-				if os.Getenv("CI") != "" {
-					t.Fatal("io_uring is not available")
-				}
-				t.Log("io_uring is not available here: both runs receive one by one")
-			}
 			go l.Run()
 			const clients, total = 24, 200 << 10
 			seed := time.Now().UnixNano()
@@ -914,6 +915,22 @@ func TestDeferredWriteErrorReachesNextWrite(t *testing.T) {
 	}
 }
 
+// bindAndDefer binds each of conns to co and holds p for it with
+// WriteDeferred; it reports false (after t.Error) if either fails.
+func bindAndDefer(t *testing.T, co *Co, p []byte, conns ...*Conn) bool {
+	for _, x := range conns {
+		if err := x.Bind(co); err != nil {
+			t.Error(err)
+			return false
+		}
+		if _, err := x.WriteDeferred(p); err != nil {
+			t.Error(err)
+			return false
+		}
+	}
+	return true
+}
+
 // TestFlushWritesDeferredBytes: Flush writes the bytes WriteDeferred holds
 // before it returns, and the loop does not touch the connection after it
 // (and Unbind); a connection only unbound keeps its bytes queued for the
@@ -923,15 +940,8 @@ func TestFlushWritesDeferredBytes(t *testing.T) {
 	c, peer := pair(t)
 	c2, peer2 := pair(t)
 	done := run(l, func(co *Co) {
-		for _, x := range []*Conn{c, c2} {
-			if err := x.Bind(co); err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := x.WriteDeferred([]byte("before unbind")); err != nil {
-				t.Error(err)
-				return
-			}
+		if !bindAndDefer(t, co, []byte("before unbind"), c, c2) {
+			return
 		}
 		if err := c.Flush(); err != nil {
 			t.Error(err)
@@ -965,15 +975,8 @@ func TestDropDeferredSendsNothing(t *testing.T) {
 	c, peer := pair(t)
 	c2, peer2 := pair(t)
 	done := run(l, func(co *Co) {
-		for _, x := range []*Conn{c, c2} {
-			if err := x.Bind(co); err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := x.WriteDeferred([]byte("Q: a query")); err != nil {
-				t.Error(err)
-				return
-			}
+		if !bindAndDefer(t, co, []byte("Q: a query"), c, c2) {
+			return
 		}
 		c.DropDeferred()
 		c.Unbind()
