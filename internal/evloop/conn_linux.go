@@ -216,21 +216,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 	for {
 		if s.ready&readable != 0 {
 			n, err := rawRead(c.fd, p)
-			switch {
-			case err == nil && n > 0:
-				if n < len(p) && s.ready&hup == 0 {
-					s.ready &^= readable // drained; the next bytes or the end come with an edge
-				}
-				return n, nil
-			case err == nil:
-				return 0, io.EOF
-			case err == unix.EAGAIN:
-				s.ready &^= readable
-			case err == unix.EINTR:
-				continue
-			default:
-				return 0, c.opError("read", os.NewSyscallError("read", err))
+			e, _ := err.(unix.Errno) // rawRead's only error type
+			if n, done, err := c.received(s, len(p), n, e); done {
+				return n, err
 			}
+			continue
 		}
 		if err := c.werr; err != nil {
 			// A deferred write failed: the peer will not answer what it
@@ -246,23 +236,41 @@ func (c *Conn) Read(p []byte) (int, error) {
 			// are returned even when the wait also ended otherwise: the
 			// error shows at the next Read.
 			co.rdone = false
-			switch res := co.rres; {
-			case res > 0:
-				if int(res) < len(p) && s.ready&hup == 0 {
-					s.ready &^= readable
-				}
-				return int(res), nil
-			case res == 0:
-				return 0, io.EOF
-			case -res == int32(unix.EAGAIN):
-				s.ready &^= readable
-			case -res != int32(unix.EINTR):
-				return 0, c.opError("read", os.NewSyscallError("recv", unix.Errno(-res)))
+			n, e := int(co.rres), unix.Errno(0)
+			if n < 0 {
+				n, e = 0, unix.Errno(-n)
+			}
+			if n, done, rerr := c.received(s, len(p), n, e); done {
+				return n, rerr
 			}
 		}
 		if err != nil {
 			return 0, c.opError("read", err)
 		}
+	}
+}
+
+// received is Read's one rule for the outcome of a receive of up to want
+// bytes on c, made by Read itself or by the loop (receiveAll): n bytes, or
+// the error e. It keeps s's readiness true to the socket and reports
+// whether Read returns (with n and err) or goes on (EAGAIN: nothing was
+// there after all; EINTR).
+func (c *Conn) received(s *slot, want, n int, e unix.Errno) (int, bool, error) {
+	switch {
+	case e == 0 && n > 0:
+		if n < want && s.ready&hup == 0 {
+			s.ready &^= readable // drained; the next bytes or the end come with an edge
+		}
+		return n, true, nil
+	case e == 0:
+		return 0, true, io.EOF
+	case e == unix.EAGAIN:
+		s.ready &^= readable
+		return 0, false, nil
+	case e == unix.EINTR:
+		return 0, false, nil
+	default:
+		return 0, true, c.opError("read", os.NewSyscallError("read", e))
 	}
 }
 
