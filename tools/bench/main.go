@@ -55,6 +55,7 @@ type options struct {
 	pprofDir         string
 	keep             bool
 	lockpoolBy       string // path to a lockpool binary; "" builds one
+	reprint          string // -report: print this JSON report, run nothing
 }
 
 // Report is what the JSON file holds.
@@ -126,6 +127,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.noPgb, "no-pgbouncer", false, "skip PgBouncer even when installed")
 	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
+	flag.StringVar(&o.reprint, "report", "", "print the report of this JSON file (an earlier run's -out) and exit: nothing is run")
 	flag.StringVar(&o.lockpoolBy, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
 	flag.Parse()
 	var err error
@@ -166,6 +168,9 @@ func run() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	if o.reprint != "" {
+		return reprint(o.reprint)
 	}
 	t0 := time.Now()
 	raiseNoFile()
@@ -239,6 +244,21 @@ func writeJSON(path string, rep *Report) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// reprint prints the report of the JSON file path (written by an earlier
+// run), in this version's format.
+func reprint(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail(err)
+	}
+	rep := &Report{}
+	if err := json.Unmarshal(b, rep); err != nil {
+		return fail(fmt.Errorf("%s: %w", path, err))
+	}
+	printReport(os.Stdout, rep)
+	return 0
 }
 
 func fail(err error) int {

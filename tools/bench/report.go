@@ -129,8 +129,10 @@ func printTargets(w io.Writer, rep *Report) {
 		}
 		if r.Clients >= 10 {
 			q := lp.TPS / pb.TPS
-			fmt.Fprintf(w, "  tps lp/pgb ≥ 1.0: %s: %.2f %s\n", r.label(), q, mark(q >= 1.0))
-			fmt.Fprintf(w, "  p99 ≤ pgb + 10 %%: %s: %.2f vs %.2f ms %s\n", r.label(), lp.P99ms, pb.P99ms, mark(lp.P99ms <= 1.1*pb.P99ms))
+			fmt.Fprintf(w, "  tps lp/pgb ≥ 1.0: %s: %.2f %s%s\n", r.label(), q, mark(q >= 1.0),
+				byRound(lp, pb, func(x *Result) float64 { return x.TPS }))
+			fmt.Fprintf(w, "  p99 ≤ pgb + 10 %%: %s: %.2f vs %.2f ms %s%s\n", r.label(), lp.P99ms, pb.P99ms, mark(lp.P99ms <= 1.1*pb.P99ms),
+				byRound(lp, pb, func(x *Result) float64 { return x.P99ms }))
 		}
 		if r.Script == "select" && (r.Clients == 10 || r.Clients == 50 || r.Clients == 100) && pb.CPUPer1000Txn > 0 {
 			q := lp.CPUPer1000Txn / pb.CPUPer1000Txn
@@ -171,6 +173,42 @@ func printTargets(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  hold: ≥ 1,000 lock+unlock pairs/s from %d sessions, 0 pinned, 0 errors: %.0f/s, pinned at most %g, %d errors %s\n",
 			l.Sessions, l.PairsPerSec, l.MaxPinned, l.Errors, mark(l.PairsPerSec >= 1000 && l.MaxPinned == 0 && l.Errors == 0 && l.FalseUnlock == 0))
 	}
+}
+
+// roundRatios are f(lp)/f(pb) of each round both targets completed, in
+// round order: the pairs ran minutes apart at most (the targets alternate
+// within a round), so their spread shows how much of a median ratio the
+// machine's drift can move. Nil with fewer than two rounds.
+func roundRatios(lp, pb *Result, f func(*Result) float64) []float64 {
+	if len(lp.Rounds) < 2 || len(lp.Rounds) != len(pb.Rounds) {
+		return nil
+	}
+	var q []float64
+	for i, a := range lp.Rounds {
+		if b := pb.Rounds[i]; ok(a) && ok(b) && f(b) > 0 {
+			q = append(q, f(a)/f(b))
+		}
+	}
+	return q
+}
+
+// byRound formats roundRatios for a target line: "" without rounds.
+func byRound(lp, pb *Result, f func(*Result) float64) string {
+	q := roundRatios(lp, pb, f)
+	if len(q) < 2 {
+		return ""
+	}
+	parts := make([]string, len(q))
+	for i, x := range q {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	sorted := slices.Clone(q)
+	slices.Sort(sorted)
+	mid := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		mid = (sorted[len(sorted)/2-1] + mid) / 2
+	}
+	return fmt.Sprintf(" (lp/pgb by round: %s; their median %.2f)", strings.Join(parts, " "), mid)
 }
 
 func mark(b bool) string {

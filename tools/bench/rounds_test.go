@@ -69,3 +69,36 @@ func TestRoundTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundRatios(t *testing.T) {
+	res := func(tps ...float64) *Result {
+		r := &Result{Target: "x"}
+		for _, v := range tps {
+			if v < 0 {
+				r.Rounds = append(r.Rounds, &Result{Failed: true})
+				continue
+			}
+			r.Rounds = append(r.Rounds, &Result{TPS: v})
+		}
+		return r
+	}
+	tps := func(x *Result) float64 { return x.TPS }
+	for _, tc := range []struct {
+		name   string
+		lp, pb *Result
+		want   string
+	}{
+		{"each round its own pair", res(10, 30, 22), res(20, 20, 20), " (lp/pgb by round: 0.50 1.50 1.10; their median 1.10)"},
+		{"even count: mean of the middle two", res(10, 30), res(20, 20), " (lp/pgb by round: 0.50 1.50; their median 1.00)"},
+		{"a failed round on either side drops the pair", res(10, -1, 40), res(20, 20, -1), ""},
+		{"failed rounds leave the others paired", res(10, -1, 40, 20), res(20, 20, 20, 40), " (lp/pgb by round: 0.50 2.00 0.50; their median 0.50)"},
+		{"one round: nothing to show", res(10), res(20), ""},
+		{"rounds that do not line up are not paired", res(10, 20), res(20, 20, 20), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := byRound(tc.lp, tc.pb, tps); got != tc.want {
+				t.Fatalf("byRound = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
