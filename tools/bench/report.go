@@ -176,9 +176,9 @@ func printTargets(w io.Writer, rep *Report) {
 }
 
 // roundRatios are f(lp)/f(pb) of each round both targets completed, in
-// round order: the pairs ran minutes apart at most (the targets alternate
-// within a round), so their spread shows how much of a median ratio the
-// machine's drift can move. Nil with fewer than two rounds.
+// round order. The two runs of a pair ran back to back (the targets
+// alternate within a round), so their spread shows how far the machine's
+// drift moves a ratio of medians. Nil with fewer than two rounds.
 func roundRatios(lp, pb *Result, f func(*Result) float64) []float64 {
 	if len(lp.Rounds) < 2 || len(lp.Rounds) != len(pb.Rounds) {
 		return nil
@@ -202,13 +202,7 @@ func byRound(lp, pb *Result, f func(*Result) float64) string {
 	for i, x := range q {
 		parts[i] = fmt.Sprintf("%.2f", x)
 	}
-	sorted := slices.Clone(q)
-	slices.Sort(sorted)
-	mid := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		mid = (sorted[len(sorted)/2-1] + mid) / 2
-	}
-	return fmt.Sprintf(" (lp/pgb by round: %s; their median %.2f)", strings.Join(parts, " "), mid)
+	return fmt.Sprintf(" (lp/pgb by round: %s; their median %.2f)", strings.Join(parts, " "), medianOf(q))
 }
 
 func mark(b bool) string {

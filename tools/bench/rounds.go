@@ -48,6 +48,12 @@ func median(rs []*Result, f func(*Result) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
+	return medianOf(v)
+}
+
+// medianOf returns the median of v (the mean of the middle two for an even
+// count), sorting v in place.
+func medianOf(v []float64) float64 {
 	sort.Float64s(v)
 	if len(v)%2 == 1 {
 		return v[len(v)/2]
