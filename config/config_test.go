@@ -73,7 +73,7 @@ func TestDefaults(t *testing.T) {
 		TLS:                    nil,
 		Server: Server{
 			Host: "127.0.0.1", Port: 5432, MaxConnections: 20,
-			IdleTimeout: 60 * time.Second, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, DialConcurrency: 4, TLS: "prefer",
+			IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, DialConcurrency: 4, TLS: "prefer",
 		},
 		Users: []User{{Name: "app", Password: "pw"}},
 		Applications: []Application{{
