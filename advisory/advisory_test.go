@@ -695,6 +695,56 @@ func TestWaitEnds(t *testing.T) {
 	}
 }
 
+// TestUpgradeDeadlockAmongClients: two sessions hold a key shared and the
+// first waits for it exclusively; the second's exclusive request closes a
+// cycle PostgreSQL reports at once to the later request, not after
+// deadlock_timeout to the earlier wait.
+func TestUpgradeDeadlockAmongClients(t *testing.T) {
+	m := newManager(t)
+	a, b := m.NewSession(appDB, nil), m.NewSession(appDB, nil)
+	defer a.Close()
+	defer b.Close()
+	k := OneKey(703)
+	mustLock(t, a, k, Shared, false)
+	mustLock(t, b, k, Shared, false)
+	lim := Limits{DeadlockTimeout: 10 * time.Second}
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(context.Background(), k, Exclusive, false, lim)
+		got <- err
+	}()
+	eventually(t, time.Second, "a waits", func() bool {
+		for _, c := range m.Snapshot() {
+			if c.Waiting != nil && c.Waiting.Mode == "exclusive" {
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	ok, err := b.Lock(context.Background(), k, Exclusive, false, lim)
+	if ok || code(err) != pgerr.DeadlockDetected {
+		t.Fatalf("b's upgrade = %v, %v; want 40P01", ok, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("deadlock reported after %v, want at once (deadlock_timeout is 10s)", took)
+	}
+	if b.Held() != 1 {
+		t.Fatalf("b holds %d after the refused upgrade, want its shared hold", b.Held())
+	}
+	if ok, _, err := b.Unlock(k, Shared); !ok || err != nil {
+		t.Fatalf("b's unlock = %v, %v", ok, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("a's upgrade = %v, want the lock", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a's upgrade not granted after b gave its shared hold back")
+	}
+}
+
 func TestDeadlockAmongClients(t *testing.T) {
 	m := newManager(t)
 	sessions := []*Session{m.NewSession(appDB, nil), m.NewSession(appDB, nil)}

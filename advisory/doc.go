@@ -32,7 +32,9 @@
 //     stops the others. The wait ends with the lock, the context (57014),
 //     the client's lock_timeout (55P03) or statement_timeout (57014), or a
 //     deadlock among lockpool's own waiters (40P01, checked after
-//     deadlock_timeout as PostgreSQL does), with PostgreSQL's messages.
+//     deadlock_timeout as PostgreSQL does; at once for an upgrade while
+//     another holder of the shared lock waits for it exclusively, as
+//     PostgreSQL does), with PostgreSQL's messages.
 //   - Keys. Key expressions are evaluated by PostgreSQL (Session.EvalKeys),
 //     never re-implemented here, on one more connection per database, the
 //     key connection, which holds no lock: a client's expression never runs

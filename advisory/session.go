@@ -134,6 +134,9 @@ func (s *Session) Lock(ctx context.Context, key Key, mode Mode, try bool, lim Li
 				return false, nil
 			}
 			if w == nil {
+				if ks.upgradeDeadlockLocked(s, mode) {
+					return false, errDeadlock(key, mode)
+				}
 				w = s.enqueueLocked(ks, mode)
 			}
 			w.remote = false

@@ -139,6 +139,23 @@ func (ks *keyState) blockersLocked(s *Session, mode Mode, w *waiter) []*Session 
 	return out
 }
 
+// upgradeDeadlockLocked reports the cycle PostgreSQL reports at once, not
+// after deadlock_timeout: s holds the key shared and asks for it
+// exclusively while another session that holds it shared waits for it
+// exclusively, so each waits for the other's shared lock. The later request
+// is the one refused, as in PostgreSQL.
+func (ks *keyState) upgradeDeadlockLocked(s *Session, mode Mode) bool {
+	if h := ks.holders[s]; mode != Exclusive || h == nil || h[Shared] == 0 || h[Exclusive] > 0 {
+		return false
+	}
+	for _, o := range ks.waiters {
+		if h := ks.holders[o.s]; o.s != s && o.mode == Exclusive && h != nil && h[Shared] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // deadlockLocked reports whether s's wait closes a cycle of waits among
 // lockpool's own sessions.
 func (d *database) deadlockLocked(s *Session) bool {

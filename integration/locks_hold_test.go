@@ -232,19 +232,27 @@ func TestHoldWaitEnds(t *testing.T) {
 	t.Parallel()
 	l := startLockpool(t, 10, "", lkApp("hd5", "app", 2, 1, "hold", "5s"))
 	su := superConn(t, "appdb")
+	simple := pgx.QueryExecModeSimpleProtocol
 	tests := []struct {
-		name     string
-		setup    []string
-		cancel   bool
-		code     string
-		msg      string
-		extended bool // pgx's default protocol (the call comes as Bind, Execute, Sync), else simple
+		name   string
+		setup  []string
+		cancel bool
+		code   string
+		msg    string
+		mode   pgx.QueryExecMode // how pgx sends the call (its argument is $1)
 	}{
-		{"lock_timeout by SET", []string{"SET lock_timeout = '150ms'"}, false, "55P03", "canceling statement due to lock timeout", false},
-		{"lock_timeout by SET LOCAL", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", false},
-		{"lock_timeout by SET LOCAL, extended", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", true},
-		{"statement_timeout", []string{"SET statement_timeout = '150ms'"}, false, "57014", "canceling statement due to statement timeout", false},
-		{"cancel request", nil, true, "57014", "canceling statement due to user request", false},
+		{"lock_timeout by SET", []string{"SET lock_timeout = '150ms'"}, false, "55P03", "canceling statement due to lock timeout", simple},
+		{"lock_timeout by SET LOCAL", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", simple},
+		// pgx's extended modes: Bind, Execute, Sync for a statement prepared
+		// before; Parse, Bind, Describe, Execute, Sync in one batch; and the
+		// two that describe the statement first.
+		{"lock_timeout by SET LOCAL, cache statement", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", pgx.QueryExecModeCacheStatement},
+		{"lock_timeout by SET LOCAL, exec", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", pgx.QueryExecModeExec},
+		{"lock_timeout by SET LOCAL, describe exec", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", pgx.QueryExecModeDescribeExec},
+		{"lock_timeout by SET LOCAL, cache describe", []string{"BEGIN", "SET LOCAL lock_timeout = 150"}, false, "55P03", "canceling statement due to lock timeout", pgx.QueryExecModeCacheDescribe},
+		{"statement_timeout", []string{"SET statement_timeout = '150ms'"}, false, "57014", "canceling statement due to statement timeout", simple},
+		{"statement_timeout by SET LOCAL, exec", []string{"BEGIN", "SET LOCAL statement_timeout = 150"}, false, "57014", "canceling statement due to statement timeout", pgx.QueryExecModeExec},
+		{"cancel request", nil, true, "57014", "canceling statement due to user request", simple},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -253,10 +261,7 @@ func TestHoldWaitEnds(t *testing.T) {
 				t.Fatal("direct try-lock false")
 			}
 			defer lkMustExec(t, su, "SELECT pg_advisory_unlock($1)", k)
-			edit := hdSimple
-			if tt.extended {
-				edit = func(*pgx.ConnConfig) {}
-			}
+			edit := func(c *pgx.ConnConfig) { c.DefaultQueryExecMode = tt.mode }
 			c := l.connectCfg(t, "app", "appdb", edit)
 			for _, q := range tt.setup {
 				lkMustExec(t, c, q)
@@ -268,7 +273,7 @@ func TestHoldWaitEnds(t *testing.T) {
 			}
 			defer cancel()
 			start := time.Now()
-			_, err := c.Exec(ctx, fmt.Sprintf("SELECT pg_advisory_lock(%d)", k))
+			_, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
 			took := time.Since(start)
 			if tt.cancel {
 				// pgx closes the connection after a cancelled query; the
@@ -400,6 +405,79 @@ func TestHoldDeadlock(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the other wait not granted after the victim gave up")
+	}
+}
+
+// TestHoldUpgradeDeadlock: two sessions hold a key shared, and one waits
+// for it exclusively. When the other asks for it exclusively too, each
+// waits for the other's shared lock: PostgreSQL answers that request at
+// once with 40P01, without waiting for deadlock_timeout. A client of
+// lockpool gets the answer a direct connection gets, whether the waiter is
+// a session of PostgreSQL's or another client of lockpool (the reference
+// row checks PostgreSQL's own answer).
+func TestHoldUpgradeDeadlock(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", lkApp("hd10", "app", 3, 1, "hold", "5s"))
+	su := superConn(t, "appdb")
+	direct := func(t *testing.T) *pgx.Conn { return superConn(t, "appdb") }
+	simple := func(t *testing.T) *pgx.Conn { return l.connectCfg(t, "app", "appdb", hdSimple) }
+	extended := func(t *testing.T) *pgx.Conn { return l.connect(t, "app", "appdb") }
+	// waitsInPostgreSQL and waitsInLockpool report whether the waiter's
+	// exclusive request is queued.
+	waitsInPostgreSQL := func(t *testing.T, c *pgx.Conn, _ int64) bool {
+		return lkMustBool(t, su, "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)", int32(c.PgConn().PID()))
+	}
+	waitsInLockpool := func(t *testing.T, _ *pgx.Conn, k int64) bool {
+		for _, c := range hdDebugHeld(t, l) {
+			if w := c.Waiting; w != nil && w.Key == advisory.OneKey(k) && w.Mode == "exclusive" {
+				return true
+			}
+		}
+		return false
+	}
+	tests := []struct {
+		name          string
+		waiter, asker func(t *testing.T) *pgx.Conn
+		waits         func(t *testing.T, waiter *pgx.Conn, k int64) bool
+	}{
+		{"direct, direct waiter (reference)", direct, direct, waitsInPostgreSQL},
+		{"lockpool simple, direct waiter", direct, simple, waitsInPostgreSQL},
+		{"lockpool extended, direct waiter", direct, extended, waitsInPostgreSQL},
+		{"lockpool simple, lockpool waiter", extended, simple, waitsInLockpool},
+		{"lockpool extended, lockpool waiter", simple, extended, waitsInLockpool},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := int64(9960 + i)
+			waiter, c := tt.waiter(t), tt.asker(t)
+			lkMustExec(t, waiter, "SELECT pg_advisory_lock_shared($1)", k)
+			lkMustExec(t, c, "SELECT pg_advisory_lock_shared($1)", k)
+			lkMustExec(t, waiter, "SET lock_timeout = '10s'")
+			waited := make(chan error, 1)
+			go func() {
+				_, err := waiter.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+				waited <- err
+			}()
+			eventually(t, 5*time.Second, "the waiter's exclusive request is queued", func() bool { return tt.waits(t, waiter, k) })
+			start := time.Now()
+			_, err := c.Exec(testenv.Context(t, 5*time.Second), "SELECT pg_advisory_lock($1)", k)
+			took := time.Since(start)
+			if pe := pgErr(t, err, "40P01"); pe.Message != "deadlock detected" {
+				t.Fatalf("message %q", pe.Message)
+			}
+			if took > 900*time.Millisecond {
+				t.Fatalf("the deadlock took %v to report; PostgreSQL reports it at once", took)
+			}
+			// The shared lock stays; giving it back lets the waiter in.
+			if !lkMustBool(t, c, "SELECT pg_advisory_unlock_shared($1)", k) {
+				t.Fatal("the shared lock was lost with the failed upgrade")
+			}
+			if err := <-waited; err != nil {
+				t.Fatalf("the waiter: %v", err)
+			}
+			lkMustExec(t, waiter, "SELECT pg_advisory_unlock_all()")
+		})
 	}
 }
 

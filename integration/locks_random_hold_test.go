@@ -8,6 +8,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/pgtest"
@@ -174,7 +176,11 @@ func (c *lkhClient) unexpected(op string, err error) {
 		c.forgetLost()
 		return
 	}
-	c.r.failf("client %d (direct %v): %s: unexpected error %v; its last operations:\n%s", c.id, c.direct, op, err, strings.Join(c.trail, "\n"))
+	detail := ""
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Detail != "" {
+		detail = " (detail: " + pe.Detail + ")"
+	}
+	c.r.failf("client %d (direct %v): %s at %s: unexpected error %v%s; its last operations:\n%s", c.id, c.direct, op, time.Now().Format("05.000000"), err, detail, strings.Join(c.trail, "\n"))
 	c.disconnect(false)
 	if err := c.connect(); err != nil {
 		c.r.failf("client %d: reconnect: %v", c.id, err)
@@ -214,10 +220,17 @@ func (c *lkhClient) opTry(ctx context.Context, m int) {
 }
 
 // opLock is a blocking pg_advisory_lock bounded by a lock_timeout set by
-// SET or by SET LOCAL inside a transaction.
+// SET or by SET LOCAL inside a transaction. When the client holds the key
+// shared, the call is an upgrade, and it may also end in 40P01: another
+// session that holds the key shared and waits for it exclusively, or asks
+// for it while this one waits, closes a cycle that PostgreSQL reports at
+// once (TestHoldUpgradeDeadlock), for a direct client as for lockpool's.
 func (c *lkhClient) opLock(ctx context.Context) {
 	key := c.pickKey(lkhExclBase, lkhExclN)
 	local := c.rng.Intn(2) == 0
+	mode := c.mode()
+	upgrade := c.count(key, 1) > 0
+	c.trace("pg_advisory_lock(%d) %v, lock_timeout by SET LOCAL %v, upgrade %v", key, mode, local, upgrade)
 	iv := c.r.log.Open(c.id, key)
 	var err error
 	if local {
@@ -228,7 +241,7 @@ func (c *lkhClient) opLock(ctx context.Context) {
 			return
 		}
 		if _, err = tx.Exec(ctx, "SET LOCAL lock_timeout = 100"); err == nil {
-			_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1)", c.mode(), key)
+			_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, key)
 		}
 		if err == nil {
 			err = tx.Commit(ctx)
@@ -237,7 +250,7 @@ func (c *lkhClient) opLock(ctx context.Context) {
 		}
 	} else {
 		if _, err = c.conn.Exec(ctx, "SET lock_timeout = '100ms'"); err == nil {
-			_, err = c.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", c.mode(), key)
+			_, err = c.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, key)
 		}
 		if _, rerr := c.conn.Exec(ctx, "RESET lock_timeout"); rerr != nil && err == nil {
 			err = rerr
@@ -262,6 +275,9 @@ func (c *lkhClient) opLock(ctx context.Context) {
 				return
 			}
 		}
+		c.r.log.Close(iv, time.Now())
+	case upgrade && sqlState(err) == "40P01":
+		c.r.count(fmt.Sprintf("pg_advisory_lock=deadlock (upgrade)/local=%v", local))
 		c.r.log.Close(iv, time.Now())
 	default:
 		c.r.log.Close(iv, c.failedAt(err))
