@@ -6,8 +6,11 @@
 # lockpool and PgBouncer in turn, the idle-client memory test (2,000 and
 # 10,000 clients, each on fresh processes), the lease
 # throughput test, the advisory lock throughput test (advisory_locks: hold)
-# and the mixed pinned run, prints one table and writes
-# bench-results/<date>.json. Takes about 20 minutes on 2 cores.
+# and the mixed pinned run, then one 10-client run per pooler under tcpdump
+# that splits each transaction's latency into the pooler's way in, the
+# server and the pooler's way out, prints one table and writes
+# bench-results/<date>.json. Takes about 20 minutes on 2 cores (about 47
+# with -rounds 5, as the README's runs use).
 #
 #   scripts/bench.sh                      # the full run
 #   scripts/bench.sh -T 2 -clients 10,100 -idle 1000   # a quick smoke run
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v pgbench >/dev/null || need+=(postgresql postgresql-contrib)
 command -v pgbouncer >/dev/null || need+=(pgbouncer)
+command -v tcpdump >/dev/null || need+=(tcpdump)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (apt-get)…" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -51,6 +51,7 @@ type options struct {
 	lockSess         int
 	directMax        int // PostgreSQL max_connections for direct runs
 	noPgb            bool
+	splitClients     int // -latency-split
 	directMaxClients int
 	pprofDir         string
 	keep             bool
@@ -60,17 +61,18 @@ type options struct {
 
 // Report is what the JSON file holds.
 type Report struct {
-	Date     string        `json:"date"`
-	Command  string        `json:"command"`
-	Machine  Machine       `json:"machine"`
-	Settings Settings      `json:"settings"`
-	Rows     []*Row        `json:"pgbench"`
-	Idle     []*IdleResult `json:"idle_clients"`
-	Lease    *LeaseResult  `json:"lease_throughput,omitempty"`
-	Locks    *LockResult   `json:"advisory_lock_throughput,omitempty"`
-	Mixed    *MixedResult  `json:"mixed_pinned,omitempty"`
-	Notes    []string      `json:"notes"`
-	Elapsed  float64       `json:"elapsed_seconds"`
+	Date     string         `json:"date"`
+	Command  string         `json:"command"`
+	Machine  Machine        `json:"machine"`
+	Settings Settings       `json:"settings"`
+	Rows     []*Row         `json:"pgbench"`
+	Idle     []*IdleResult  `json:"idle_clients"`
+	Lease    *LeaseResult   `json:"lease_throughput,omitempty"`
+	Locks    *LockResult    `json:"advisory_lock_throughput,omitempty"`
+	Mixed    *MixedResult   `json:"mixed_pinned,omitempty"`
+	Split    []*SplitResult `json:"latency_split,omitempty"`
+	Notes    []string       `json:"notes"`
+	Elapsed  float64        `json:"elapsed_seconds"`
 }
 
 // Machine describes where the run happened.
@@ -124,6 +126,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.mixedSess, "mixed-sessions", 10, "sessions in the mixed run, 20 % of them pinned (0 = skip)")
 	flag.IntVar(&o.directMax, "pg-max-connections", 1100, "PostgreSQL max_connections (direct runs at 1000 clients need > 1000)")
 	flag.IntVar(&o.directMaxClients, "direct-max-clients", 1000, "skip direct PostgreSQL for rows with more clients (n/a)")
+	flag.IntVar(&o.splitClients, "latency-split", 10, "clients of one pgbench -S simple run per pooler under tcpdump (when installed) that splits each transaction's latency into the pooler's way in, the server and the pooler's way out (0 = skip)")
 	flag.BoolVar(&o.noPgb, "no-pgbouncer", false, "skip PgBouncer even when installed")
 	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
@@ -224,6 +227,16 @@ func run() int {
 	}
 	if o.lockSess > 0 {
 		rep.Locks = locksTest(o, env)
+	}
+	if o.splitClients > 0 {
+		if _, err := exec.LookPath("tcpdump"); err != nil {
+			rep.Notes = append(rep.Notes, "latency split: tcpdump not installed (scripts/bench.sh installs it with apt-get)")
+		} else {
+			for _, p := range env.poolers() {
+				logf("latency split: %s, %d clients under tcpdump", p.Name, o.splitClients)
+				rep.Split = append(rep.Split, splitTest(o, env, p, o.splitClients))
+			}
+		}
 	}
 	rep.Elapsed = time.Since(t0).Seconds()
 

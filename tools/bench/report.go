@@ -85,6 +85,12 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	tw.Flush()
+	if len(rep.Split) > 0 {
+		fmt.Fprintf(w, "\nlatency split, µs (tcpdump on lo; pgbench -S simple, %d clients; in: client's Query to the server's copy, server: to its first reply bytes, out: to the client's):\n", rep.Split[0].Clients)
+		for _, x := range rep.Split {
+			fmt.Fprintf(w, "  %s\n", splitLine(x))
+		}
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
