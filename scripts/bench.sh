@@ -42,5 +42,5 @@ loops="${BENCH_LOOPS-1,2,4}"
 for n in ${loops//,/ }; do
   echo "=== lockpool with event_loops: $n"
   go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" \
-    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0
+    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0 -latency-split 0
 done

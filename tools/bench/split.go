@@ -61,9 +61,8 @@ func splitTest(o *options, e *env, t *target, clients int) *SplitResult {
 	pcap := filepath.Join(dir, "lo.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.duration)*time.Second+2*time.Minute)
 	defer cancel()
-	// -U: each packet is written as it is captured, so nothing is lost
-	// in tcpdump's buffer when it is stopped.
-	dump := exec.CommandContext(ctx, "tcpdump", "-i", "lo", "-n", "-U", "-s", "256", "-B", "262144", "-w", pcap,
+	// SIGINT stops tcpdump after it has written what it buffered.
+	dump := exec.CommandContext(ctx, "tcpdump", "-i", "lo", "-n", "-s", "256", "-B", "262144", "-w", pcap,
 		fmt.Sprintf("tcp port %d or tcp port %d", t.Port, e.Cluster.Port))
 	stderr, err := dump.StderrPipe()
 	if err != nil {
@@ -74,30 +73,31 @@ func splitTest(o *options, e *env, t *target, clients int) *SplitResult {
 		r.Error = err.Error()
 		return r
 	}
-	// tcpdump says "listening on" once the capture runs.
-	listening := make(chan string, 1)
+	// tcpdump says "listening on" once the capture runs; anything else it
+	// said before it ended is why it did not start.
+	listening := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		var seen []string
 		for sc.Scan() {
 			seen = append(seen, sc.Text())
 			if strings.Contains(sc.Text(), "listening on") {
-				listening <- ""
+				listening <- nil
 				_, _ = io.Copy(io.Discard, stderr)
 				return
 			}
 		}
-		listening <- strings.Join(seen, "; ")
+		listening <- fmt.Errorf("tcpdump ended before it captured: %s", strings.Join(seen, "; "))
 	}()
 	stopDump := func() {
 		_ = dump.Process.Signal(os.Interrupt)
 		_ = dump.Wait()
 	}
 	select {
-	case msg := <-listening:
-		if msg != "" {
+	case err := <-listening:
+		if err != nil {
 			stopDump()
-			r.Error = "tcpdump: " + msg
+			r.Error = err.Error()
 			return r
 		}
 	case <-ctx.Done():
@@ -287,10 +287,8 @@ func readPcap(rd io.Reader, fn func(at time.Duration, src, dst uint16, payload [
 	var ph [16]byte
 	buf := make([]byte, 0, 65536)
 	for {
-		if _, err := io.ReadFull(rd, ph[:]); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return nil // a capture cut short ends where it ends
+		if _, err := io.ReadFull(rd, ph[:]); err != nil {
+			return nil // the end, or a capture cut short: it ends where it ends
 		}
 		sec, frac, incl := order.Uint32(ph[0:4]), order.Uint32(ph[4:8]), int(order.Uint32(ph[8:12]))
 		buf = slices.Grow(buf[:0], incl)[:incl]
