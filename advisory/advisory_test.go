@@ -142,6 +142,17 @@ func lockRows(t *testing.T, k Key) int {
 	return n
 }
 
+// waiters counts the sessions of m's snapshot that wait as match says.
+func waiters(m *Manager, match func(*Waiting) bool) int {
+	n := 0
+	for _, c := range m.Snapshot() {
+		if c.Waiting != nil && match(c.Waiting) {
+			n++
+		}
+	}
+	return n
+}
+
 func mustLock(t *testing.T, s *Session, k Key, mode Mode, try bool) bool {
 	t.Helper()
 	ok, err := s.Lock(context.Background(), k, mode, try, Limits{})
@@ -451,12 +462,7 @@ func TestNewSharedHolderQueuesBehindDirectWaiter(t *testing.T) {
 		got <- err
 	}()
 	eventually(t, 5*time.Second, "b waits behind a remote session", func() bool {
-		for _, c := range m.Snapshot() {
-			if c.Waiting != nil && c.Waiting.Behind == "remote" {
-				return true
-			}
-		}
-		return false
+		return waiters(m, func(w *Waiting) bool { return w.Behind == "remote" }) > 0
 	})
 	mustUnlock(t, a, k, Shared)
 	mustUnlock(t, a, k, Shared)
@@ -611,12 +617,7 @@ func TestWaitBehindLocalHolder(t *testing.T) {
 		got <- err
 	}()
 	eventually(t, time.Second, "b waits", func() bool {
-		for _, c := range m.Snapshot() {
-			if c.Waiting != nil && c.Waiting.Behind == "local" {
-				return true
-			}
-		}
-		return false
+		return waiters(m, func(w *Waiting) bool { return w.Behind == "local" }) > 0
 	})
 	select {
 	case err := <-got:
@@ -714,12 +715,7 @@ func TestUpgradeDeadlockAmongClients(t *testing.T) {
 		got <- err
 	}()
 	eventually(t, time.Second, "a waits", func() bool {
-		for _, c := range m.Snapshot() {
-			if c.Waiting != nil && c.Waiting.Mode == "exclusive" {
-				return true
-			}
-		}
-		return false
+		return waiters(m, func(w *Waiting) bool { return w.Mode == "exclusive" }) > 0
 	})
 	start := time.Now()
 	ok, err := b.Lock(context.Background(), k, Exclusive, false, lim)
@@ -1103,13 +1099,7 @@ func TestMaxWaitersQueue(t *testing.T) {
 		}()
 	}
 	eventually(t, time.Second, "three waiters", func() bool {
-		n := 0
-		for _, c := range m.Snapshot() {
-			if c.Waiting != nil {
-				n++
-			}
-		}
-		return n == 3
+		return waiters(m, func(*Waiting) bool { return true }) == 3
 	})
 	directUnlockAll(t, d)
 	for range keys {

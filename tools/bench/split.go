@@ -34,7 +34,9 @@ type SplitResult struct {
 	Out     Pcts    `json:"pooler_out_us"`
 	// Tail is the mean of each stretch over the transactions whose total
 	// lies between its p99 and its p99.9: where the tail's time goes.
-	TailIn, TailServer, TailOut float64
+	TailIn     float64 `json:"tail_pooler_in_us"`
+	TailServer float64 `json:"tail_server_us"`
+	TailOut    float64 `json:"tail_pooler_out_us"`
 }
 
 // Pcts are a stretch's median and 99th percentile.
@@ -62,7 +64,7 @@ func splitTest(o *options, e *env, t *target, clients int) *SplitResult {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.duration)*time.Second+2*time.Minute)
 	defer cancel()
 	// SIGINT stops tcpdump after it has written what it buffered.
-	dump := exec.CommandContext(ctx, "tcpdump", "-i", "lo", "-n", "-s", "256", "-B", "262144", "-w", pcap,
+	dump := exec.CommandContext(ctx, "tcpdump", "-i", "lo", "-n", "-s", "256", "-B", "65536", "-w", pcap,
 		fmt.Sprintf("tcp port %d or tcp port %d", t.Port, e.Cluster.Port))
 	stderr, err := dump.StderrPipe()
 	if err != nil {
