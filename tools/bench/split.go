@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -139,20 +140,22 @@ func (r *SplitResult) fill(txns []splitTxn) {
 		r.Error = "no transaction followed through both hops"
 		return
 	}
+	// The median and p99 as the pgbench rows take them (medianOf,
+	// txnLog.pct).
 	pcts := func(get func(splitTxn) float64) Pcts {
 		v := make([]float64, len(txns))
 		for i, x := range txns {
 			v[i] = get(x)
 		}
-		slices.Sort(v)
-		return Pcts{P50: v[len(v)/2], P99: v[len(v)*99/100]}
+		p50 := medianOf(v) // sorts v
+		return Pcts{P50: p50, P99: v[int(0.99*float64(len(v)-1))]}
 	}
 	r.Total = pcts(func(x splitTxn) float64 { return x.total })
 	r.In = pcts(func(x splitTxn) float64 { return x.in })
 	r.Server = pcts(func(x splitTxn) float64 { return x.server })
 	r.Out = pcts(func(x splitTxn) float64 { return x.out })
 	byTotal := slices.Clone(txns)
-	slices.SortFunc(byTotal, func(a, b splitTxn) int { return cmpFloat(a.total, b.total) })
+	slices.SortFunc(byTotal, func(a, b splitTxn) int { return cmp.Compare(a.total, b.total) })
 	tail := byTotal[len(byTotal)*99/100 : len(byTotal)*999/1000]
 	if len(tail) == 0 {
 		return
@@ -164,16 +167,6 @@ func (r *SplitResult) fill(txns []splitTxn) {
 	}
 	n := float64(len(tail))
 	r.TailIn, r.TailServer, r.TailOut = r.TailIn/n, r.TailServer/n, r.TailOut/n
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // splitCapture reads a pcap file of loopback traffic and follows every

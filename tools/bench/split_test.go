@@ -101,3 +101,29 @@ func TestSplitCapture(t *testing.T) {
 		})
 	}
 }
+
+func TestSplitResultFill(t *testing.T) {
+	// 1,000 transactions: total i, in i/10, server i/2, out the rest.
+	txns := make([]splitTxn, 1000)
+	for i := range txns {
+		x := float64(999 - i) // any order
+		txns[i] = splitTxn{total: x, in: x / 10, server: x / 2, out: x - x/10 - x/2}
+	}
+	r := &SplitResult{}
+	r.fill(txns)
+	if r.Matched != 1000 || r.Error != "" {
+		t.Fatalf("matched %d, error %q", r.Matched, r.Error)
+	}
+	if r.Total != (Pcts{P50: 499.5, P99: 989}) || r.Server != (Pcts{P50: 249.75, P99: 494.5}) {
+		t.Fatalf("total %+v, server %+v", r.Total, r.Server)
+	}
+	// The tail is totals 990..998: mean 994.
+	if r.TailIn != 99.4 || r.TailServer != 497 {
+		t.Fatalf("tail in %v, server %v; want 99.4, 497", r.TailIn, r.TailServer)
+	}
+	empty := &SplitResult{}
+	empty.fill(nil)
+	if empty.Error == "" {
+		t.Fatal("no error for a capture with no transaction followed")
+	}
+}
