@@ -957,6 +957,16 @@ func TestSweepExpired(t *testing.T) {
 	clk.Advance(6 * time.Second) // c1 idle 11s, c2 idle 6s
 	m.sweepExpired(clk.Now())
 	expectStats(t, m, "a", Stats{Open: 2, Idle: 1, InUse: 1})
+	// The connection idle for less than IdleTimeout is the one served next,
+	// with no dial.
+	if c := mustAcquire(t, m, "a", "db"); c.PID != c2.PID {
+		t.Fatalf("acquired pid %d after the sweep, want the younger idle conn %d", c.PID, c2.PID)
+	} else {
+		m.Release(c)
+	}
+	if n := f.dialCount(); n != 3 {
+		t.Fatalf("%d dials after reusing the idle conn, want the first 3", n)
+	}
 
 	clk.Advance(50 * time.Second) // all older than MaxLifetime; c3 in use is left alone
 	m.sweepExpired(clk.Now())
