@@ -8,7 +8,9 @@
 # throughput test, the advisory lock throughput test (advisory_locks: hold)
 # and the mixed pinned run, then one 10-client run per pooler under tcpdump
 # that splits each transaction's latency into the pooler's way in, the
-# server and the pooler's way out, prints one table and writes
+# server and the pooler's way out, and one under perf sched that gives how
+# long the pooler's threads, PostgreSQL and pgbench waited for a CPU after
+# each wake-up (when perf is installed), prints one table and writes
 # bench-results/<date>.json. Takes about 20 minutes on 2 cores (about 47
 # with -rounds 5, as the README's runs use).
 #
@@ -22,6 +24,7 @@ need=()
 command -v pgbench >/dev/null || need+=(postgresql postgresql-contrib)
 command -v pgbouncer >/dev/null || need+=(pgbouncer)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v perf >/dev/null || need+=(linux-perf)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (apt-get)…" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -42,5 +45,5 @@ loops="${BENCH_LOOPS-1,2,4}"
 for n in ${loops//,/ }; do
   echo "=== lockpool with event_loops: $n"
   go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" \
-    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0 -latency-split 0
+    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0 -latency-split 0 -sched-latency 0
 done

@@ -52,6 +52,7 @@ type options struct {
 	directMax        int // PostgreSQL max_connections for direct runs
 	noPgb            bool
 	splitClients     int // -latency-split
+	schedClients     int // -sched-latency
 	directMaxClients int
 	pprofDir         string
 	keep             bool
@@ -71,6 +72,7 @@ type Report struct {
 	Locks    *LockResult    `json:"advisory_lock_throughput,omitempty"`
 	Mixed    *MixedResult   `json:"mixed_pinned,omitempty"`
 	Split    []*SplitResult `json:"latency_split,omitempty"`
+	Sched    []*SchedResult `json:"sched_latency,omitempty"`
 	Notes    []string       `json:"notes"`
 	Elapsed  float64        `json:"elapsed_seconds"`
 }
@@ -127,6 +129,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.directMax, "pg-max-connections", 1100, "PostgreSQL max_connections (direct runs at 1000 clients need > 1000)")
 	flag.IntVar(&o.directMaxClients, "direct-max-clients", 1000, "skip direct PostgreSQL for rows with more clients (n/a)")
 	flag.IntVar(&o.splitClients, "latency-split", 10, "clients of one pgbench -S simple run per pooler under tcpdump (when installed) that splits each transaction's latency into the pooler's way in, the server and the pooler's way out (0 = skip)")
+	flag.IntVar(&o.schedClients, "sched-latency", 10, "clients of one pgbench -S simple run per pooler under perf sched (when perf is installed) that gives each task's wait from wake-up to running: the pooler's threads, PostgreSQL's, pgbench's (0 = skip)")
 	flag.BoolVar(&o.noPgb, "no-pgbouncer", false, "skip PgBouncer even when installed")
 	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
@@ -235,6 +238,16 @@ func run() int {
 			for _, p := range env.poolers() {
 				logf("latency split: %s, %d clients under tcpdump", p.Name, o.splitClients)
 				rep.Split = append(rep.Split, splitTest(o, env, p, o.splitClients))
+			}
+		}
+	}
+	if o.schedClients > 0 {
+		if _, err := exec.LookPath("perf"); err != nil {
+			rep.Notes = append(rep.Notes, "scheduler latency: perf not installed (apt-get install linux-perf)")
+		} else {
+			for _, p := range env.poolers() {
+				logf("scheduler latency: %s, %d clients under perf sched", p.Name, o.schedClients)
+				rep.Sched = append(rep.Sched, schedTest(o, env, p, o.schedClients))
 			}
 		}
 	}

@@ -91,6 +91,12 @@ func printReport(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "  %s\n", splitLine(x))
 		}
 	}
+	if len(rep.Sched) > 0 {
+		fmt.Fprintf(w, "\nscheduler latency (perf sched latency over %.0f s of a pgbench -S simple run, %d clients; delay: wake-up or preemption to running, averaged over the command's tasks):\n", rep.Sched[0].Window, rep.Sched[0].Clients)
+		for _, x := range rep.Sched {
+			fmt.Fprintf(w, "  %s\n", schedLine(x))
+		}
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
