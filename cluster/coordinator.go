@@ -518,6 +518,26 @@ func (c *Coordinator) ensureRow(ctx context.Context, a App) (bool, error) {
 	return true, nil
 }
 
+// lockSlotRowFresh locks instance's row of the slots table in tx (its pids
+// into pids, if not nil), then drops the transaction's snapshot of
+// pg_stat_activity. PostgreSQL takes that snapshot at a transaction's first
+// look at the view and keeps it to the end: a backend that started after it
+// — one a recordDial appended while tx waited for the row — would look gone,
+// and its pid be dropped from the row while the backend still counts
+// against the budget.
+func lockSlotRowFresh(ctx context.Context, tx pgx.Tx, slots, cluster, app, instance string, pids *[]int32) error {
+	var got []int32
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3 FOR UPDATE`, slots),
+		cluster, app, instance).Scan(&got); err != nil {
+		return err
+	}
+	if pids != nil {
+		*pids = got
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+	return err
+}
+
 // slotRow is one row of cluster_slots as balance reads it.
 type slotRow struct {
 	instance          string
@@ -632,10 +652,15 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 		// ends only when it reads the Terminate: until it is gone from
 		// pg_stat_activity it still counts against the budget, so the row
 		// keeps a slot for every recorded backend still there (and for
-		// dials not recorded yet). The row is locked: a recordDial waits.
+		// dials not recorded yet). The row is locked first: a recordDial
+		// waits, and every pid recorded before is of a backend that
+		// started before the lock was had.
+		if err := lockSlotRowFresh(ctx, tx, c.t.slots, c.opts.Cluster, a.Name, c.id, nil); err != nil {
+			return err
+		}
 		var present int
 		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity p,
-  (SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3 FOR UPDATE) r
+  (SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3) r
 WHERE p.usename = $4::text AND p.pid = ANY(r.pids)`, c.t.slots),
 			c.opts.Cluster, a.Name, c.id, a.User).Scan(&present); err != nil {
 			return err
@@ -686,8 +711,7 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 	}
 	// Lock the row first: a recordDial of that instance (if it still
 	// lives) waits, and finds the row gone once it is deleted.
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT pids FROM %s WHERE cluster = $1 AND app = $2 AND instance = $3 FOR UPDATE`, c.t.slots),
-		c.opts.Cluster, a.Name, r.instance).Scan(&r.pids); err != nil {
+	if err := lockSlotRowFresh(ctx, tx, c.t.slots, c.opts.Cluster, a.Name, r.instance, &r.pids); err != nil {
 		return false, err
 	}
 	var left int

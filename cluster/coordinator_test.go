@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -126,5 +127,89 @@ func TestDialGateWaitsWhileRowCannotCoverOpen(t *testing.T) {
 	}
 	if sum := a.slots["a"].c + b.slots["a"].c; sum > 2 {
 		t.Fatalf("rows hold %d slots for a budget of 2", sum)
+	}
+}
+
+// TestRecordedPidOfNewerBackendKept: a pid recorded while the heartbeat's
+// transaction waits for its row, of a backend that started after that
+// transaction first read pg_stat_activity, stays in the row and keeps its
+// slot. (Before, the transaction's snapshot of pg_stat_activity, taken at
+// its first read, did not show the backend, and the heartbeat dropped the
+// pid: a closed connection's lingering backend then counted against no row.)
+func TestRecordedPidOfNewerBackendKept(t *testing.T) {
+	pg := pgtest.Require(t)
+	ctx := context.Background()
+	apps := []App{{Name: "a", User: "postgres", Budget: 2}}
+	pa := &statsPool{}
+	name := fmt.Sprintf("newer-%d", time.Now().UnixNano()) // no rows of an earlier run
+	a := newTestCoordinator(t, pg, name, "A", pa, apps)
+	pa.set(pool.Stats{Waiting: 1})
+	step(t, a, apps) // registers, writes A's row
+	coordPID := a.conn.PgConn().PID()
+
+	su, err := pgx.Connect(ctx, pg.SuperuserDSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(ctx)
+	tx, err := su.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	slots := "lockpool_cluster_test.cluster_slots"
+	if tag, err := tx.Exec(ctx, "SELECT 1 FROM "+slots+" WHERE cluster = $1 AND app = 'a' AND instance = $2 FOR UPDATE", name, a.id); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("locking A's row: %v (%d rows)", err, tag.RowsAffected())
+	}
+
+	// The heartbeat reads the rows (and pg_stat_activity), then waits for
+	// A's row, which the test holds.
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		a.sample(apps)
+		a.tick(ctx)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := su.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", coordPID).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			var st, q string
+			_ = su.QueryRow(ctx, "SELECT coalesce(state,'') || ' ' || coalesce(wait_event_type,'') || ' ' || coalesce(wait_event,''), query FROM pg_stat_activity WHERE pid = $1", coordPID).Scan(&st, &q)
+			t.Fatalf("the heartbeat never waited for the locked row: coordinator backend %d: %s: %s", coordPID, st, q)
+		}
+		time.Sleep(10 * time.Millisecond) // polling another backend's wait: no signal
+	}
+
+	// A backend that starts now, recorded as recordDial records one.
+	newer, err := pgx.Connect(ctx, pg.SuperuserDSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newer.Close(ctx)
+	pid := newer.PgConn().PID()
+	if _, err := tx.Exec(ctx, "UPDATE "+slots+" SET pids = array_append(pids, $2::int) WHERE cluster = $1 AND app = 'a' AND instance = $3", name, int32(pid), a.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-ticked
+
+	var pids []int32
+	if err := su.QueryRow(ctx, "SELECT pids FROM "+slots+" WHERE cluster = $1 AND app = 'a' AND instance = $2", name, a.id).Scan(&pids); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, int32(pid)) {
+		t.Fatalf("after the heartbeat A's row records pids %v: the live backend %d was dropped", pids, pid)
+	}
+	if got := a.slots["a"].c; got < 1 {
+		t.Fatalf("A's row has %d slots with the recorded backend %d alive", got, pid)
 	}
 }

@@ -36,8 +36,11 @@
 //     only after lowering the limit, to no less than the connections still
 //     open and the backends of connections it closed that PostgreSQL has
 //     not ended yet (still in pg_stat_activity; a backend ends when it
-//     reads the Terminate, after lockpool let the connection go). The pool
-//     never opens more than max(open, limit) after a lower limit.
+//     reads the Terminate, after lockpool let the connection go). The
+//     heartbeat reads those backends only after it holds its row's lock
+//     and has dropped the transaction's snapshot of pg_stat_activity, so a
+//     backend recorded while it waited is seen. The pool never opens more
+//     than max(open, limit) after a lower limit.
 //     Together: the application's backends over all live instances never
 //     exceed its budget, also while slots move.
 //   - Every server backend an instance uses is in its row first. A dead
