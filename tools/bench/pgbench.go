@@ -155,16 +155,12 @@ var (
 
 func runPgbench(o *options, e *env, t *target, row *Row, round int) *Result {
 	r := &Result{Target: t.Name, CPUSeconds: -1, CPUPer1000Txn: -1, UserPer1000Txn: -1, SwitchesPerTxn: -1}
-	dir, err := os.MkdirTemp(e.work, "pgbench-")
+	dir, done, err := e.tempDir(o, "pgbench-")
 	if err != nil {
 		r.Failed, r.Error = true, err.Error()
 		return r
 	}
-	defer func() {
-		if !o.keep {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer done()
 	j := 2
 	if row.Clients < j {
 		j = row.Clients

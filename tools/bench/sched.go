@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -44,16 +43,12 @@ type SchedTask struct {
 // from 1 s into the run for up to 3 s.
 func schedTest(o *options, e *env, t *target, clients int) *SchedResult {
 	r := &SchedResult{Target: t.Name, Clients: clients}
-	dir, err := os.MkdirTemp(e.work, "sched-")
+	dir, done, err := e.tempDir(o, "sched-")
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	defer func() {
-		if !o.keep {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer done()
 	r.Window = math.Min(3, float64(o.duration)-2)
 	if r.Window < 1 {
 		r.Error = "the run is too short for a window (-T below 3)"

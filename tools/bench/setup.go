@@ -281,3 +281,17 @@ func (t *target) dsnDB(db string) string {
 	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=disable",
 		t.Host, t.Port, benchUser, benchPassword, db)
 }
+
+// tempDir makes a directory for one test's files under the run's work
+// directory; done removes it unless -keep.
+func (e *env) tempDir(o *options, prefix string) (dir string, done func(), err error) {
+	dir, err = os.MkdirTemp(e.work, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		if !o.keep {
+			os.RemoveAll(dir)
+		}
+	}, nil
+}

@@ -51,16 +51,12 @@ type Pcts struct {
 // ports, and splits each transaction's latency (SplitResult).
 func splitTest(o *options, e *env, t *target, clients int) *SplitResult {
 	r := &SplitResult{Target: t.Name, Clients: clients}
-	dir, err := os.MkdirTemp(e.work, "split-")
+	dir, done, err := e.tempDir(o, "split-")
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	defer func() {
-		if !o.keep {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer done()
 	pcap := filepath.Join(dir, "lo.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.duration)*time.Second+2*time.Minute)
 	defer cancel()
