@@ -71,6 +71,11 @@ func (p *clientParams) resetAll() {
 	p.changed, p.fp = nil, ""
 }
 
+// replace makes vals (which the caller gives up) the current values.
+func (p *clientParams) replace(vals map[string]string) {
+	p.changed, p.fp = vals, ""
+}
+
 // values returns the client's values; the caller must not change the map.
 func (p *clientParams) values() map[string]string {
 	if p.changed != nil {
@@ -303,79 +308,86 @@ func quoteGUC(k string) string {
 	return strings.Join(parts, ".")
 }
 
-// readBackSets reads the values of parameters the client changed with SET,
-// RESET or set_config once its transaction is over, so they follow the
-// client to other server connections and never reach other clients. RESET
-// ALL brings back the client's startup values, as it would on a direct
-// connection. Runs on the relay with the session's connection to itself.
-func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names []string) error {
+// sessionSettingsSQL lists, as lower-case name and value, the built-in
+// settings a server connection holds at session level: everything SET, a
+// committed set_config or lockpool's own parameter sync left there. A
+// setting it does not list is at the connection's default (what a RESET
+// on it returns to). The transaction_* settings are left out: they live
+// for one transaction. Custom settings ("app.user_id") are not in
+// pg_settings; readBackSettings reads them by name.
+const sessionSettingsSQL = "SELECT pg_catalog.lower(name), pg_catalog.current_setting(name) FROM pg_catalog.pg_settings" +
+	" WHERE source = 'session' AND name NOT IN ('transaction_isolation', 'transaction_read_only', 'transaction_deferrable')"
+
+// readBackSettings makes the client's parameters what its session holds
+// once a transaction that may have changed them is over, whatever it did:
+// committed, rolled back to a savepoint or as a whole, failed, RESET ALL,
+// DISCARD ALL. The server connection applied PostgreSQL's rules, so its
+// session-level settings are the client's, with one correction: a setting
+// the client gave at startup that the connection holds at its own default
+// was reset (DISCARD ALL, or a RESET lockpool could not rewrite), and on
+// PostgreSQL a reset returns it to the client's startup value, so it gets
+// that value back. The connection's known state (st.params) becomes exact,
+// so nothing of this client reaches the next one. Custom settings are read
+// by name: those the client touched (names) and those known on either side.
+// The client is sent a ParameterStatus for each reported parameter whose
+// value differs from what it was last told. Runs on the relay with the
+// session's connection to itself, at a safe point.
+func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []string) error {
 	if st == nil {
 		return nil
 	}
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
-	if all {
-		// The server is back at its defaults; the client wants its startup values.
-		for k := range st.params {
-			delete(st.params, k)
-		}
-		for k, v := range st.defaults {
-			st.params[k] = v
-		}
-		s.params.resetAll()
-		st.synced = ""
-		ps, err := s.syncParams(sc, st)
-		if err != nil {
-			return err
-		}
-		s.cout = append(s.cout, ps...)
-	}
-	var valid []string
+	var custom []string
 	seen := map[string]bool{}
-	for _, n := range names {
-		if n != "" && !seen[n] && validParamName(n) {
+	addCustom := func(n string) {
+		if strings.IndexByte(n, '.') > 0 && !seen[n] && validParamName(n) {
 			seen[n] = true
-			valid = append(valid, n)
+			custom = append(custom, n)
 		}
 	}
-	if len(valid) == 0 {
-		return nil
+	for _, n := range names {
+		addCustom(n)
 	}
+	for n := range s.params.values() {
+		addCustom(n)
+	}
+	for n := range s.params.startup {
+		addCustom(n)
+	}
+	for n := range st.params {
+		addCustom(n)
+	}
+	sort.Strings(custom)
 	var q strings.Builder
-	q.WriteString("SELECT ")
-	for i, n := range valid {
-		if i > 0 {
-			q.WriteString(", ")
+	q.WriteString(sessionSettingsSQL)
+	if len(custom) > 0 {
+		q.WriteString(" UNION ALL VALUES ")
+		for i, n := range custom {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(" + escapedLiteral(n) + "::pg_catalog.text, pg_catalog.current_setting(" + escapedLiteral(n) + ", true))")
 		}
-		q.WriteString("pg_catalog.current_setting(" + sqlLiteral(n) + ", true)")
 	}
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
 		return err
 	}
+	held := make(map[string]string)
 	var perr error
 	err := readUntilReady(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
 			perr = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
-		case 'S':
-			k, rest, ok := wire.CString(body)
-			if ok {
-				v, _, _ := wire.CString(rest)
-				st.params[lower(string(k))] = string(v)
-			}
 		case 'D':
+			var name string
 			dataRowColumns(body, func(i int, v []byte, null bool) {
-				if i >= len(valid) {
-					return
+				switch {
+				case i == 0 && !null:
+					name = string(v)
+				case i == 1 && !null && name != "":
+					held[name] = string(v)
 				}
-				k := valid[i]
-				if null {
-					delete(st.params, k)
-					s.params.reset(k)
-					return
-				}
-				st.params[k] = string(v)
-				s.params.set(k, string(v))
 			})
 		}
 	})
@@ -385,27 +397,100 @@ func (s *session) readBackSets(sc *pool.Conn, st *serverState, all bool, names [
 	if perr != nil {
 		return perr
 	}
-	st.synced = s.params.fingerprint()
+	told := s.params.values() // what the client was told: its values, and the defaults it saw at login
+	vals := make(map[string]string, len(held)+len(s.params.startup))
+	for k, v := range held {
+		vals[k] = v
+	}
+	for k, v := range s.params.startup {
+		if _, ok := vals[k]; !ok && strings.IndexByte(k, '.') < 0 {
+			vals[k] = v // reset: back to the startup value
+		}
+	}
+	for k := range st.params {
+		delete(st.params, k)
+	}
+	for k, v := range st.defaults {
+		st.params[k] = v
+	}
+	for k, v := range held {
+		st.params[k] = v
+	}
+	s.params.replace(vals)
+	st.synced = ""
+	if _, err := s.syncParams(sc, st); err != nil {
+		return err
+	}
+	var ps []byte
+	now := s.params.values()
+	for k, canon := range reportedNames {
+		was, ok := told[k]
+		if !ok {
+			was, ok = st.defaults[k]
+		}
+		v, has := now[k]
+		if !has {
+			v, has = st.defaults[k]
+		}
+		if has && (!ok || was != v) {
+			ps = wire.AppendParameterStatus(ps, canon, v)
+		}
+	}
+	s.insertBeforeReady(ps)
 	return nil
 }
 
-// trackSets notes SET/RESET statements so the relay reads the values back
-// once the statement's transaction is over.
+// insertBeforeReady puts messages into the client's output before the
+// ReadyForQuery that ends it, or after everything when it does not end with
+// one.
+func (s *session) insertBeforeReady(msgs []byte) {
+	if len(msgs) == 0 {
+		return
+	}
+	if n := len(s.cout); n >= 6 && s.cout[n-6] == 'Z' {
+		rfq := append([]byte(nil), s.cout[n-6:]...)
+		s.cout = append(append(s.cout[:n-6], msgs...), rfq...)
+		return
+	}
+	s.cout = append(s.cout, msgs...)
+}
+
+// escapedLiteral quotes v as an escape string constant (E'…'), which means
+// the same whatever standard_conforming_strings says and may stand inside
+// a dollar-quoted DO body.
+func escapedLiteral(v string) string {
+	var b strings.Builder
+	b.WriteString("E'")
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\', '\'':
+			b.WriteByte(c)
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+// trackSets notes statements that may change the session's settings, so
+// the relay reads them back once the statement's transaction is over.
+// SET LOCAL ends with its transaction, except that a custom setting it
+// names stays defined (empty) for the rest of the session.
 func (s *session) trackSets(f *rewrite.Findings) {
 	if len(f.Sets) == 0 && !hasSetConfig(f) {
 		return
 	}
 	for _, c := range f.Sets {
-		if c.Local {
+		if c.Local && strings.IndexByte(c.Name, '.') < 0 {
 			continue
 		}
 		s.setsPending = true
-		if c.All {
-			s.setsAll = true
-			continue
+		if c.Name != "" {
+			x := s.more()
+			x.setNames = append(x.setNames, c.Name)
 		}
-		x := s.more()
-		x.setNames = append(x.setNames, c.Name)
 	}
 	for _, c := range f.State {
 		switch {
@@ -417,7 +502,7 @@ func (s *session) trackSets(f *rewrite.Findings) {
 			}
 		case c.Kind == rewrite.Discard && c.Name == "all":
 			// DISCARD ALL is RESET ALL and DEALLOCATE ALL too.
-			s.setsPending, s.setsAll, s.dropPrepared = true, true, true
+			s.setsPending, s.dropPrepared = true, true
 		case c.Kind == rewrite.Deallocate && c.Name == "*":
 			s.setsPending, s.dropPrepared = true, true
 		}

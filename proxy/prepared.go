@@ -169,7 +169,9 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if f.Lease != nil || f.LeaseMention {
 		return s.onLeaseParse(&f, nameS, restCopy)
 	}
+	restCopy = s.rewriteDefaultsParse(restCopy, &f)
 	if f.LeaseFence && s.srv.leases != nil {
+		query, _, _ := wire.CString(restCopy)
 		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
 		_, tail, _ := wire.CString(restCopy)
 		restCopy = append(wire.AppendCString(nil, q), tail...)
@@ -357,6 +359,7 @@ func (s *session) onBind(n int) error {
 			return err
 		}
 		delete(x.vportals, string(portal))
+		delete(x.tagged, string(portal))
 	}
 	var f *rewrite.Findings
 	var st *stmt
@@ -382,6 +385,13 @@ func (s *session) onBind(n int) error {
 			return err
 		}
 		s.trackSets(f)
+		if tag := s.portalTag(f); tag != "" {
+			x := s.more()
+			if x.tagged == nil {
+				x.tagged = make(map[string]string)
+			}
+			x.tagged[string(portal)] = tag
+		}
 	}
 	if st == nil {
 		if err := s.ensureUnnamed(); err != nil {
@@ -517,6 +527,11 @@ func (s *session) onExecute(n int) error {
 	}
 	if err := s.toServer(replyExecute, opPass); err != nil {
 		return s.attachFailed(err, false, false)
+	}
+	if x := s.extras; x != nil {
+		if tag, ok := x.tagged[string(e.Portal)]; ok {
+			s.q.back().tags = &tagFixes{fixes: []tagFix{{stmt: 1, tag: tag}}}
+		}
 	}
 	// body aliases the read buffer; nothing read the client since.
 	s.sout = wire.AppendFrame(s.sout, 'E', body)

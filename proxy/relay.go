@@ -196,6 +196,9 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return s.onReady(body)
 		}
 		s.noteCopy(f, typ)
+		if typ == 'C' && f.tags != nil {
+			body = f.tags.next(body)
+		}
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case replySync:
@@ -239,6 +242,9 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 	case replyExecute:
 		switch typ {
 		case 'C', 'I', 's':
+			if typ == 'C' && f.tags != nil {
+				body = f.tags.next(body)
+			}
 			if f.op == opPass {
 				s.cout = wire.AppendFrame(s.cout, typ, body)
 			}
@@ -390,8 +396,8 @@ func (s *session) safePoint() error {
 		if err := s.link.to(linkProbing); err != nil {
 			return err
 		}
-		probe, sets, setsAll := s.needProbe, s.setsPending, s.setsAll
-		s.needProbe, s.setsPending, s.setsAll = false, false, false
+		probe, sets := s.needProbe, s.setsPending
+		s.needProbe, s.setsPending = false, false
 		var names []string
 		if s.extras != nil {
 			names, s.extras.setNames = s.extras.setNames, nil
@@ -404,7 +410,7 @@ func (s *session) safePoint() error {
 		var reason string
 		var err error
 		if sets {
-			err = s.readBackSets(sc, s.link.st, setsAll, names)
+			err = s.readBackSettings(sc, s.link.st, names)
 		}
 		if probe && err == nil {
 			held, reason, err = probeConn(sc)

@@ -41,7 +41,8 @@ type reply struct {
 	// copyDone: the client ended this statement's COPY (CopyDone or
 	// CopyFail) before lockpool relayed the server's CopyInResponse.
 	copyDone bool
-	undo     func() // replyLocal: reverts the message's effect when it is skipped after an error
+	undo     func()    // replyLocal: reverts the message's effect when it is skipped after an error
+	tags     *tagFixes // command tags of statements lockpool rewrote (defaults.go); nil: none
 }
 
 // replyQueue holds, in the client's order, every reply the client is owed:

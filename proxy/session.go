@@ -43,6 +43,7 @@ type sessionExtras struct {
 	virt      map[string]*virtStmt   // statements lockpool answers itself (lease and held-lock calls)
 	vportals  map[string]*virtPortal // their portals
 	setNames  []string               // parameters changed with SET: read back at the next idle point
+	tagged    map[string]string      // portal -> command tag its Execute reports (portalTag); nil: none
 	staleStmt *stmt                  // a check found this client statement's result type changed
 }
 
@@ -120,7 +121,6 @@ type session struct {
 
 	// Settings read back at the next idle point.
 	setsPending  bool
-	setsAll      bool
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
 
 	// extras is what few sessions use, made at first use (session.more).
@@ -1001,6 +1001,7 @@ func (s *session) onQuery(n int) error {
 	if !ok || err != nil {
 		return err
 	}
+	sql, tags := s.rewriteDefaults(sql, &f)
 	if f.LeaseFence && s.srv.leases != nil {
 		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
 	}
@@ -1008,6 +1009,7 @@ func (s *session) onQuery(n int) error {
 	if err := s.toServer(replyQuery, opPass); err != nil {
 		return s.attachFailed(err, true, txCommandOf([]byte(sql)) == txBegin)
 	}
+	s.q.back().tags = tags
 	s.sout = wire.AppendQuery(s.sout, sql)
 	return nil
 }

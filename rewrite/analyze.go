@@ -59,6 +59,7 @@ type analyzer struct {
 	leaseWhole *LeaseCall // candidate whole-statement call
 	advWhole   *AdvisoryCall
 	advTried   bool // advWhole was looked for (in the first statement with an advisory call)
+	top        int  // number of the top-level statement being analysed; 0 inside a DO body
 }
 
 // Analyze lexes sql and reports advisory-lock calls, lease calls,
@@ -126,10 +127,15 @@ func (a *analyzer) run(src string, depth int, body bool) {
 		if len(st) == 0 {
 			continue
 		}
-		if !body {
+		top := a.top
+		if body {
+			a.top = 0
+		} else {
 			a.f.Statements++
+			a.top = a.f.Statements
 		}
 		a.statement(src, st, depth, body)
+		a.top = top
 	}
 }
 

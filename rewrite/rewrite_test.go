@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -242,7 +243,7 @@ func check(t *testing.T, c tcase, f Findings) {
 	if !reflect.DeepEqual(f.State, w.state) {
 		t.Errorf("%s: State = %+v, want %+v", c.name, f.State, w.state)
 	}
-	if !reflect.DeepEqual(f.Sets, w.sets) {
+	if !reflect.DeepEqual(unlocated(f.Sets), w.sets) {
 		t.Errorf("%s: Sets = %+v, want %+v", c.name, f.Sets, w.sets)
 	}
 	if w.count {
@@ -439,4 +440,46 @@ func FuzzAnalyze(f *testing.F) {
 			t.Fatalf("RewriteFence changed %q to %q without a fence call", s, out)
 		}
 	})
+}
+
+// unlocated drops where each statement is (TestSetLocation checks that),
+// so the table's cases say only what was found.
+func unlocated(sets []SetCmd) []SetCmd {
+	if sets == nil {
+		return nil
+	}
+	out := make([]SetCmd, len(sets))
+	for i, c := range sets {
+		c.Stmt, c.Pos, c.End, c.Tag = 0, 0, 0, ""
+		out[i] = c
+	}
+	return out
+}
+
+func TestSetLocation(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want []string // per SetCmd: "stmt:text:tag", "0" when not located
+	}{
+		{"RESET ALL", []string{"1:RESET ALL:RESET"}},
+		{"select 1; reset application_name ;", []string{"2:reset application_name:RESET"}},
+		{"BEGIN; SET LOCAL work_mem TO DEFAULT; ; RESET TIME ZONE", []string{"2:SET LOCAL work_mem TO DEFAULT:SET", "3:RESET TIME ZONE:RESET"}},
+		{"SET search_path = a, b", []string{"1:SET search_path = a, b:SET"}},
+		{"DO $$BEGIN RESET work_mem; END$$; RESET search_path", []string{"0", "2:RESET search_path:RESET"}},
+		{"SELECT set_config('a.b', NULL, false)", []string{"0"}},
+	}
+	for _, tc := range tests {
+		f := Analyze(tc.sql)
+		var got []string
+		for _, c := range f.Sets {
+			if c.Stmt == 0 {
+				got = append(got, "0")
+				continue
+			}
+			got = append(got, fmt.Sprintf("%d:%s:%s", c.Stmt, tc.sql[c.Pos:c.End], c.Tag))
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: got %q, want %q", tc.sql, got, tc.want)
+		}
+	}
 }

@@ -89,7 +89,7 @@ func (a *analyzer) setValue(s stmt, n string, j int, local bool) {
 	if j >= len(s.st) {
 		return
 	}
-	c := SetCmd{Name: n, Local: local}
+	c := a.located(SetCmd{Name: n, Local: local}, s, "SET")
 	if j == len(s.st)-1 && (s.kw(j, "default") || n == "timezone" && s.kw(j, "local")) {
 		c.Reset = true
 	} else {
@@ -98,16 +98,25 @@ func (a *analyzer) setValue(s stmt, n string, j int, local bool) {
 	a.f.Sets = append(a.f.Sets, c)
 }
 
+// located fills in where the statement s of the analysed text is (see
+// SetCmd.Stmt); inside a DO body it leaves c as it is.
+func (a *analyzer) located(c SetCmd, s stmt, tag string) SetCmd {
+	if a.top > 0 {
+		c.Stmt, c.Pos, c.End, c.Tag = a.top, s.st[0].pos, s.st[len(s.st)-1].end, tag
+	}
+	return c
+}
+
 // reset handles RESET statements.
 func (a *analyzer) reset(src string, st []token) {
 	s := stmt{src, st}
 	switch {
 	case s.kw(1, "all"):
-		a.f.Sets = append(a.f.Sets, SetCmd{Reset: true, All: true})
+		a.f.Sets = append(a.f.Sets, a.located(SetCmd{Reset: true, All: true}, s, "RESET"))
 	case s.kw(1, "role"), s.kw(1, "session") && s.kw(2, "authorization"):
 		a.state(SetRole, "")
 	case s.kw(1, "time") && s.kw(2, "zone"):
-		a.f.Sets = append(a.f.Sets, SetCmd{Name: "timezone", Reset: true})
+		a.f.Sets = append(a.f.Sets, a.located(SetCmd{Name: "timezone", Reset: true}, s, "RESET"))
 	case s.kw(1, "transaction"):
 	default:
 		n, _, ok := gucName(s, 1)
@@ -118,7 +127,7 @@ func (a *analyzer) reset(src string, st []token) {
 			a.state(SetRole, "")
 			return
 		}
-		a.f.Sets = append(a.f.Sets, SetCmd{Name: n, Reset: true})
+		a.f.Sets = append(a.f.Sets, a.located(SetCmd{Name: n, Reset: true}, s, "RESET"))
 	}
 }
 

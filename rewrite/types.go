@@ -181,6 +181,14 @@ type SetCmd struct {
 	All    bool   // RESET ALL
 	Local  bool   // SET LOCAL / set_config(…, true): transaction scoped
 	Config bool   // came from set_config: Value is the second argument as a literal (list GUCs differ from SET)
+	// Where the statement is, for a SET or RESET statement of the analysed
+	// text itself (not of a DO body or a set_config call): Stmt is its
+	// number among the text's non-empty statements (1-based; 0 elsewhere),
+	// src[Pos:End] its text without the ';', and Tag the command tag
+	// PostgreSQL completes it with ("SET" or "RESET").
+	Stmt     int
+	Pos, End int
+	Tag      string
 }
 
 // SQL renders a statement that replays the change on another connection.

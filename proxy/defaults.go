@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/rewrite"
+)
+
+// A RESET on PostgreSQL returns a setting to its reset value, which for a
+// setting the client gave at startup is the client's startup value. A
+// pooled server connection's reset values are its own (lockpool logs in
+// with none), so a RESET x, SET x TO DEFAULT or RESET ALL of such a setting
+// is sent as a DO block that does the same with the client's values:
+// RESET ALL, then set_config of each startup value; one set_config for one
+// setting (with is_local for SET LOCAL). The block runs in the client's
+// transaction like the statement it replaces (rolled back with it, an error
+// in an aborted transaction), and lockpool gives the client the command tag
+// of the statement it sent (tagFixes). Statements inside a DO body or a
+// function are not rewritten; readBackSettings corrects what they leave once
+// the transaction is over.
+
+// rewritesDefault reports whether c is a RESET-like statement of the
+// client's text that must be sent as a DO block.
+func (s *session) rewritesDefault(c rewrite.SetCmd) bool {
+	if c.Stmt == 0 || !c.Reset || len(s.params.startup) == 0 {
+		return false
+	}
+	if c.All {
+		return true
+	}
+	_, ok := s.params.startup[c.Name]
+	return ok
+}
+
+// defaultsBlock is the DO block that stands for c (see rewritesDefault).
+func (s *session) defaultsBlock(c rewrite.SetCmd) string {
+	var body strings.Builder
+	local := "false"
+	if c.Local {
+		local = "true"
+	}
+	setting := func(name, v string) {
+		body.WriteString("PERFORM pg_catalog.set_config(" + escapedLiteral(name) + ", " + escapedLiteral(v) + ", " + local + "); ")
+	}
+	if c.All {
+		body.WriteString("RESET ALL; ")
+		names := make([]string, 0, len(s.params.startup))
+		for k := range s.params.startup {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			setting(k, s.params.startup[k])
+		}
+	} else {
+		setting(c.Name, s.params.startup[c.Name])
+	}
+	tag := "$lockpool$"
+	for strings.Contains(body.String(), tag) {
+		tag = "$lockpool" + tag[1:]
+	}
+	return "DO " + tag + "BEGIN " + body.String() + "END" + tag
+}
+
+// rewriteDefaults returns sql with each RESET-like statement that
+// rewritesDefault names replaced by its DO block, and the command tags the
+// client must see for them; sql itself and nil when there is none.
+func (s *session) rewriteDefaults(sql string, f *rewrite.Findings) (string, *tagFixes) {
+	if len(s.params.startup) == 0 {
+		return sql, nil
+	}
+	var b strings.Builder
+	var tags *tagFixes
+	last := 0
+	for _, c := range f.Sets {
+		if !s.rewritesDefault(c) || c.Pos < last || c.End > len(sql) {
+			continue
+		}
+		if tags == nil {
+			tags = new(tagFixes)
+		}
+		b.WriteString(sql[last:c.Pos])
+		b.WriteString(s.defaultsBlock(c))
+		last = c.End
+		tags.fixes = append(tags.fixes, tagFix{stmt: c.Stmt, tag: c.Tag})
+	}
+	if tags == nil {
+		return sql, nil
+	}
+	b.WriteString(sql[last:])
+	return b.String(), tags
+}
+
+// rewriteDefaultsParse is rewriteDefaults for a Parse's query and types
+// (rest, as on the wire); it returns rest itself when nothing changes.
+func (s *session) rewriteDefaultsParse(rest []byte, f *rewrite.Findings) []byte {
+	query, tail, ok := wire.CString(rest)
+	if !ok || len(f.Sets) == 0 {
+		return rest
+	}
+	sql, tags := s.rewriteDefaults(string(query), f)
+	if tags == nil {
+		return rest
+	}
+	return append(wire.AppendCString(nil, sql), tail...)
+}
+
+// portalTag returns the command tag an Execute of a portal bound to a
+// statement with findings f must report, "" when the server's is right.
+func (s *session) portalTag(f *rewrite.Findings) string {
+	if f == nil || f.Statements != 1 {
+		return ""
+	}
+	for _, c := range f.Sets {
+		if s.rewritesDefault(c) {
+			return c.Tag
+		}
+	}
+	return ""
+}
+
+// tagFix is one command tag lockpool corrects: that of the stmt-th
+// CommandComplete of the reply (1-based).
+type tagFix struct {
+	stmt int
+	tag  string
+}
+
+// tagFixes are the command tags lockpool corrects in one reply (a Query's
+// or an Execute's), and how many CommandCompletes it has seen.
+type tagFixes struct {
+	fixes []tagFix
+	seen  int
+}
+
+// next takes the body of the reply's next CommandComplete and returns the
+// body to relay.
+func (t *tagFixes) next(body []byte) []byte {
+	t.seen++
+	for _, f := range t.fixes {
+		if f.stmt == t.seen {
+			return append([]byte(f.tag), 0)
+		}
+	}
+	return body
+}
