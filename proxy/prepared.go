@@ -576,10 +576,6 @@ func deallocates(f *rewrite.Findings) bool {
 func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
 	for _, c := range f.State {
 		switch {
-		case c.Kind == rewrite.Deallocate && c.Name == "*", c.Kind == rewrite.Discard && c.Name == "all":
-			for k := range s.stmts {
-				delete(s.stmts, k)
-			}
 		case c.Kind == rewrite.Deallocate && f.Statements == 1 && simple && s.status() != 'E':
 			if _, ok := s.stmts[c.Name]; ok {
 				delete(s.stmts, c.Name)
@@ -592,6 +588,25 @@ func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
 		}
 	}
 	return false
+}
+
+// droppedAll reports whether a CommandComplete body is that of DEALLOCATE
+// ALL or DISCARD ALL: the server forgot every prepared statement.
+func droppedAll(body []byte) bool {
+	return bytes.Equal(body, []byte("DEALLOCATE ALL\x00")) || bytes.Equal(body, []byte("DISCARD ALL\x00"))
+}
+
+// forgetPrepared follows a DEALLOCATE ALL or DISCARD ALL that succeeded:
+// the client's protocol-level statements are gone, as on PostgreSQL, and so
+// is every statement lockpool prepared on the connection. One that failed
+// (inside a transaction block, say) changes nothing.
+func (s *session) forgetPrepared() {
+	for k := range s.stmts {
+		delete(s.stmts, k)
+	}
+	if st := s.link.st; st != nil {
+		st.prepared = nil
+	}
 }
 
 // isStalePlan reports whether an ErrorResponse says a prepared statement no

@@ -196,8 +196,8 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return s.onReady(body)
 		}
 		s.noteCopy(f, typ)
-		if typ == 'C' && f.tags != nil {
-			body = f.tags.next(body)
+		if typ == 'C' {
+			s.onCommandComplete(f, &body)
 		}
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
@@ -242,8 +242,8 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 	case replyExecute:
 		switch typ {
 		case 'C', 'I', 's':
-			if typ == 'C' && f.tags != nil {
-				body = f.tags.next(body)
+			if typ == 'C' {
+				s.onCommandComplete(f, &body)
 			}
 			if f.op == opPass {
 				s.cout = wire.AppendFrame(s.cout, typ, body)
@@ -257,6 +257,17 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		}
 	}
 	return nil
+}
+
+// onCommandComplete notes what a completed statement did to the session
+// and gives the client the command tag it must see (*body).
+func (s *session) onCommandComplete(f *reply, body *[]byte) {
+	if s.dropPrepared && droppedAll(*body) {
+		s.forgetPrepared()
+	}
+	if f.tags != nil {
+		*body = f.tags.next(*body)
+	}
 }
 
 // noteDescription records what a statement returns (a hash of its
@@ -402,10 +413,7 @@ func (s *session) safePoint() error {
 		if s.extras != nil {
 			names, s.extras.setNames = s.extras.setNames, nil
 		}
-		if s.dropPrepared && s.link.st != nil {
-			s.link.st.prepared = nil
-			s.dropPrepared = false
-		}
+		s.dropPrepared = false
 		var held bool
 		var reason string
 		var err error
