@@ -308,85 +308,75 @@ func quoteGUC(k string) string {
 	return strings.Join(parts, ".")
 }
 
-// sessionSettingsSQL lists, as lower-case name and value, the built-in
-// settings a server connection holds at session level: everything SET, a
-// committed set_config or lockpool's own parameter sync left there. A
-// setting it does not list is at the connection's default (what a RESET
-// on it returns to). The transaction_* settings are left out: they live
-// for one transaction. Custom settings ("app.user_id") are not in
-// pg_settings; readBackSettings reads them by name.
-const sessionSettingsSQL = "SELECT pg_catalog.lower(name), pg_catalog.current_setting(name) FROM pg_catalog.pg_settings" +
-	" WHERE source = 'session' AND name NOT IN ('transaction_isolation', 'transaction_read_only', 'transaction_deferrable')"
-
 // readBackSettings makes the client's parameters what its session holds
 // once a transaction that may have changed them is over, whatever it did:
-// committed, rolled back to a savepoint or as a whole, failed, RESET ALL,
-// DISCARD ALL. The server connection applied PostgreSQL's rules, so its
-// session-level settings are the client's, with one correction: a setting
-// the client gave at startup that the connection holds at its own default
-// was reset (DISCARD ALL, or a RESET lockpool could not rewrite), and on
-// PostgreSQL a reset returns it to the client's startup value, so it gets
-// that value back. The connection's known state (st.params) becomes exact,
-// so nothing of this client reaches the next one. Custom settings are read
-// by name: those the client touched (names) and those known on either side.
-// The client is sent a ParameterStatus for each reported parameter whose
-// value differs from what it was last told. Runs on the relay with the
-// session's connection to itself, at a safe point.
+// committed, rolled back to a savepoint or as a whole, failed, RESET ALL.
+// The server connection applied PostgreSQL's rules, so the values it holds
+// are the client's. It reads every setting that may differ from the
+// connection's defaults: those this transaction named (names), those the
+// client holds, those the connection was known to hold, and the client's
+// startup settings. After a DISCARD ALL that ran (s.discarded) the client's
+// startup settings get their startup values back, as a RESET does on
+// PostgreSQL, where they are the reset values. The connection's known state
+// (st.params) becomes exact, so nothing of this client reaches the next
+// one. The client is sent a ParameterStatus for each reported parameter
+// whose value differs from what it was last told. Runs on the relay with
+// the session's connection to itself, at a safe point.
 func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []string) error {
 	if st == nil {
 		return nil
 	}
+	discarded := s.discarded
+	s.discarded = false
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
-	var custom []string
+	var read []string
 	seen := map[string]bool{}
-	addCustom := func(n string) {
-		if strings.IndexByte(n, '.') > 0 && !seen[n] && validParamName(n) {
+	add := func(n string) {
+		if n != "" && !seen[n] && validParamName(n) {
 			seen[n] = true
-			custom = append(custom, n)
+			read = append(read, n)
 		}
 	}
 	for _, n := range names {
-		addCustom(n)
+		add(n)
 	}
 	for n := range s.params.values() {
-		addCustom(n)
+		add(n)
 	}
 	for n := range s.params.startup {
-		addCustom(n)
+		add(n)
 	}
-	for n := range st.params {
-		addCustom(n)
-	}
-	sort.Strings(custom)
-	var q strings.Builder
-	q.WriteString(sessionSettingsSQL)
-	if len(custom) > 0 {
-		q.WriteString(" UNION ALL VALUES ")
-		for i, n := range custom {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(" + escapedLiteral(n) + "::pg_catalog.text, pg_catalog.current_setting(" + escapedLiteral(n) + ", true))")
+	for n, v := range st.params {
+		if def, ok := st.defaults[n]; !ok || def != v {
+			add(n)
 		}
+	}
+	if len(read) == 0 {
+		return nil
+	}
+	sort.Strings(read)
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	for i, n := range read {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("pg_catalog.current_setting(" + sqlLiteral(n) + ", true)")
 	}
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
 		return err
 	}
-	held := make(map[string]string)
+	held := make(map[string]string, len(read))
 	var perr error
 	err := readUntilReady(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
 			perr = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
 		case 'D':
-			var name string
 			dataRowColumns(body, func(i int, v []byte, null bool) {
-				switch {
-				case i == 0 && !null:
-					name = string(v)
-				case i == 1 && !null && name != "":
-					held[name] = string(v)
+				if i < len(read) && !null {
+					held[read[i]] = string(v)
 				}
 			})
 		}
@@ -398,23 +388,18 @@ func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []strin
 		return perr
 	}
 	told := s.params.values() // what the client was told: its values, and the defaults it saw at login
-	vals := make(map[string]string, len(held)+len(s.params.startup))
-	for k, v := range held {
-		vals[k] = v
-	}
-	for k, v := range s.params.startup {
-		if _, ok := vals[k]; !ok && strings.IndexByte(k, '.') < 0 {
-			vals[k] = v // reset: back to the startup value
+	vals := make(map[string]string, len(held))
+	for _, n := range read {
+		delete(st.params, n)
+		if v, ok := held[n]; ok {
+			st.params[n] = v
+			vals[n] = v
 		}
 	}
-	for k := range st.params {
-		delete(st.params, k)
-	}
-	for k, v := range st.defaults {
-		st.params[k] = v
-	}
-	for k, v := range held {
-		st.params[k] = v
+	if discarded {
+		for k, v := range s.params.startup {
+			vals[k] = v
+		}
 	}
 	s.params.replace(vals)
 	st.synced = ""
@@ -476,14 +461,13 @@ func escapedLiteral(v string) string {
 
 // trackSets notes statements that may change the session's settings, so
 // the relay reads them back once the statement's transaction is over.
-// SET LOCAL ends with its transaction, except that a custom setting it
-// names stays defined (empty) for the rest of the session.
+// SET LOCAL ends with its transaction.
 func (s *session) trackSets(f *rewrite.Findings) {
 	if len(f.Sets) == 0 && !hasSetConfig(f) {
 		return
 	}
 	for _, c := range f.Sets {
-		if c.Local && strings.IndexByte(c.Name, '.') < 0 {
+		if c.Local {
 			continue
 		}
 		s.setsPending = true

@@ -264,6 +264,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 func (s *session) onCommandComplete(f *reply, body *[]byte) {
 	if s.dropPrepared && droppedAll(*body) {
 		s.forgetPrepared()
+		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
 	}
 	if f.tags != nil {
 		*body = f.tags.next(*body)

@@ -121,6 +121,7 @@ type session struct {
 
 	// Settings read back at the next idle point.
 	setsPending  bool
+	discarded    bool // a DISCARD ALL ran: the startup settings get their values back at the read-back
 	dropPrepared bool // DEALLOCATE ALL / DISCARD ALL ran: the server forgot every prepared statement
 
 	// extras is what few sessions use, made at first use (session.more).
