@@ -420,6 +420,13 @@ func (s *session) safePoint() error {
 		var err error
 		if sets {
 			err = s.readBackSettings(sc, s.link.st, names)
+			if errors.Is(err, errRefused) {
+				// The server refused the read-back (the client's own
+				// statement_timeout, say): what the connection holds is
+				// unknown, so no other client may get it.
+				s.srv.log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				sc.Broken = true
+			}
 		}
 		if probe && err == nil {
 			held, reason, err = probeConn(sc)
