@@ -11,13 +11,14 @@ import (
 // A RESET on PostgreSQL returns a setting to its reset value, which for a
 // setting the client gave at startup is the client's startup value. A
 // pooled server connection's reset values are its own (lockpool logs in
-// with none), so a RESET x, SET x TO DEFAULT or RESET ALL of such a setting
-// is sent as a DO block that does the same with the client's values:
-// RESET ALL, then set_config of each startup value; one set_config for one
-// setting (with is_local for SET LOCAL). The block runs in the client's
-// transaction like the statement it replaces (rolled back with it, an error
-// in an aborted transaction), and lockpool gives the client the command tag
-// of the statement it sent (tagFixes). Statements inside a DO body or a
+// with none), so a RESET x or SET [LOCAL] x TO DEFAULT of such a setting is
+// sent as SET [LOCAL] x TO its startup value, and a RESET ALL as a DO block
+// that runs RESET ALL, then set_config of each startup value (a list
+// setting such as search_path, whose SET syntax differs, also goes through
+// set_config in a DO block). What is sent runs in the client's transaction
+// like the statement it replaces (rolled back with it, an error in an
+// aborted transaction), and lockpool gives the client the command tag of
+// the statement it sent (tagFixes). Statements inside a DO body or a
 // function are not rewritten; readBackSettings corrects what they leave once
 // the transaction is over.
 
@@ -34,8 +35,23 @@ func (s *session) rewritesDefault(c rewrite.SetCmd) bool {
 	return ok
 }
 
-// defaultsBlock is the DO block that stands for c (see rewritesDefault).
-func (s *session) defaultsBlock(c rewrite.SetCmd) string {
+// listQuoted are the settings whose SET takes a list of identifiers: a
+// string constant there is one element, so their startup value (a whole
+// list) is given back through set_config in a DO block.
+var listQuoted = map[string]bool{"search_path": true, "temp_tablespaces": true, "session_preload_libraries": true, "local_preload_libraries": true}
+
+// defaultsStatement is the statement that stands for c (see
+// rewritesDefault): SET [LOCAL] name TO the startup value, which PostgreSQL
+// answers as it answers c (a SET LOCAL outside a transaction block warns
+// alike), or a DO block for RESET ALL and the list settings.
+func (s *session) defaultsStatement(c rewrite.SetCmd) string {
+	if !c.All && !listQuoted[c.Name] {
+		scope := ""
+		if c.Local {
+			scope = "LOCAL "
+		}
+		return "SET " + scope + quoteGUC(c.Name) + " TO " + escapedLiteral(s.params.startup[c.Name])
+	}
 	var body strings.Builder
 	local := "false"
 	if c.Local {
@@ -82,7 +98,7 @@ func (s *session) rewriteDefaults(sql string, f *rewrite.Findings) (string, *tag
 			tags = new(tagFixes)
 		}
 		b.WriteString(sql[last:c.Pos])
-		b.WriteString(s.defaultsBlock(c))
+		b.WriteString(s.defaultsStatement(c))
 		last = c.End
 		tags.fixes = append(tags.fixes, tagFix{stmt: c.Stmt, tag: c.Tag})
 	}
