@@ -81,9 +81,13 @@ func (s *session) defaultsStatement(c rewrite.SetCmd) string {
 }
 
 // rewriteDefaults returns sql with each RESET-like statement that
-// rewritesDefault names replaced by its DO block, and the command tags the
-// client must see for them; sql itself and nil when there is none.
-func (s *session) rewriteDefaults(sql string, f *rewrite.Findings) (string, *tagFixes) {
+// rewritesDefault names replaced (defaultsStatement), and the command tags
+// the client must see for them; sql itself and nil when there is none.
+// alone says that sql runs by itself outside a transaction block: a SET
+// LOCAL … TO DEFAULT of a list setting is then sent as it is, since it
+// changes nothing there and PostgreSQL's warning about it is what the
+// client must get (set_config in a DO block would not warn).
+func (s *session) rewriteDefaults(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
 	if len(s.params.startup) == 0 {
 		return sql, nil
 	}
@@ -91,7 +95,7 @@ func (s *session) rewriteDefaults(sql string, f *rewrite.Findings) (string, *tag
 	var tags *tagFixes
 	last := 0
 	for _, c := range f.Sets {
-		if !s.rewritesDefault(c) || c.Pos < last || c.End > len(sql) {
+		if !s.rewritesDefault(c) || c.Pos < last || c.End > len(sql) || alone && c.Local && listQuoted[c.Name] {
 			continue
 		}
 		if tags == nil {
@@ -111,12 +115,12 @@ func (s *session) rewriteDefaults(sql string, f *rewrite.Findings) (string, *tag
 
 // rewriteDefaultsParse is rewriteDefaults for a Parse's query and types
 // (rest, as on the wire); it returns rest itself when nothing changes.
-func (s *session) rewriteDefaultsParse(rest []byte, f *rewrite.Findings) []byte {
+func (s *session) rewriteDefaultsParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	query, tail, ok := wire.CString(rest)
 	if !ok || len(f.Sets) == 0 {
 		return rest
 	}
-	sql, tags := s.rewriteDefaults(string(query), f)
+	sql, tags := s.rewriteDefaults(string(query), f, alone)
 	if tags == nil {
 		return rest
 	}

@@ -169,7 +169,9 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if f.Lease != nil || f.LeaseMention {
 		return s.onLeaseParse(&f, nameS, restCopy)
 	}
-	restCopy = s.rewriteDefaultsParse(restCopy, &f)
+	// An unnamed statement parsed first in a batch outside a transaction
+	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
+	restCopy = s.rewriteDefaultsParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
 	if f.LeaseFence && s.srv.leases != nil {
 		query, _, _ := wire.CString(restCopy)
 		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())

@@ -1002,7 +1002,7 @@ func (s *session) onQuery(n int) error {
 	if !ok || err != nil {
 		return err
 	}
-	sql, tags := s.rewriteDefaults(sql, &f)
+	sql, tags := s.rewriteDefaults(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
 	if f.LeaseFence && s.srv.leases != nil {
 		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
 	}
