@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,13 +20,15 @@ import (
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
+	"github.com/lockpool/lockpool/proxy"
 )
 
 // TestSessionStateDifferential runs twelve clients' seeded random scripts of
 // session-state statements (SET in all its forms, set_config, RESET, SET
 // ROLE, SQL PREPARE, temporary tables, WITH HOLD cursors, DISCARD,
-// transactions and savepoints, failing statements), each statement in the
-// simple or the extended protocol, once directly against PostgreSQL (the
+// transactions and savepoints, failing statements), each step in the
+// simple or the extended protocol (a few steps are several statements in
+// one Query or one pipeline), once directly against PostgreSQL (the
 // oracle, run twice: the two runs must agree) and once through lockpool with
 // all twelve clients at once on a budget of 3 with 2 pin slots. After every
 // statement each client reads its own session (settings, current and
@@ -38,14 +42,16 @@ import (
 // statements. Each client has its own startup parameters (as connection
 // parameters or -c switches in options), so a reset must return to that
 // client's startup value. A transaction ends within sessionMaxTxSteps
-// statements and state that pins a session is released within
-// sessionMaxHeldSteps statements after the transaction holding it ends, so
-// every wait for a connection or a pin slot can end well within
+// statements, and state that pins a session is released once it is
+// sessionMaxHeldSteps statements old (a transaction open then is ended
+// first), so every wait for a connection or a pin slot can end well within
 // wait_timeout.
 //
 // LOCKPOOL_STATEDIFF_SEEDS (a comma list of seeds, or random:N for N random
 // ones) and LOCKPOOL_STATEDIFF_STEPS (statements per client; 150 with
 // LOCKPOOL_LONG) choose longer runs; scripts/state-diff.sh runs many.
+// LOCKPOOL_STATEDIFF_TRACE (client numbers, or "all") logs those clients'
+// statements with both sides' records, for a replay.
 
 const (
 	sessionClients      = 12
@@ -90,15 +96,33 @@ var sessionObserved = []string{"search_path", "statement_timeout", "TimeZone", "
 // statement.
 var sessionReported = []string{"application_name", "DateStyle", "TimeZone"}
 
-// sessionStep is one statement of a script and the protocol it is sent in.
+// sessionStep is one statement of a script and the protocol it is sent in,
+// or several statements ("; " between them) sent as one Query or as one
+// extended-protocol pipeline (one Sync).
 type sessionStep struct {
-	sql  string
-	mode pgx.QueryExecMode
+	sql   string
+	mode  pgx.QueryExecMode
+	batch sessionBatch
 }
+
+// sessionBatch says how a step with several statements is sent.
+type sessionBatch int
+
+const (
+	singleStatement sessionBatch = iota
+	multiStatementQuery
+	pipelineOfStatements
+)
 
 func (s sessionStep) String() string {
 	m := map[pgx.QueryExecMode]string{pgx.QueryExecModeSimpleProtocol: "simple",
 		pgx.QueryExecModeExec: "extended", pgx.QueryExecModeDescribeExec: "describe"}[s.mode]
+	switch s.batch {
+	case multiStatementQuery:
+		m = "one query"
+	case pipelineOfStatements:
+		m = "pipeline"
+	}
 	return "[" + m + "] " + s.sql
 }
 
@@ -131,6 +155,10 @@ type sessionRecord struct {
 	outcome  string   // command tag and rows, or ERROR SQLSTATE; then notices
 	observed []string // sessionObserve's row, or one "ERROR SQLSTATE"
 	reported string   // sessionReported as the client was last told
+	txStatus string   // the transaction status of the last ReadyForQuery: I, T or E
+	// When the statement was sent (since the run began) and how long it
+	// took; not compared, shown to tell waits and their overlaps apart.
+	at, took time.Duration
 }
 
 // sessionHeld is a kind of state that pins a session through lockpool.
@@ -159,7 +187,7 @@ type sessionScriptGen struct {
 	held       [heldKinds]bool
 	heldSteps  int // statements since the oldest state in held appeared; -1: none
 	seq        int
-	simple     bool // the statement being written has several commands: simple protocol
+	batch      sessionBatch // how the step being written is sent, when it has several statements
 	objects    map[string]bool
 	savepoints []string
 }
@@ -168,8 +196,8 @@ func newSessionScript(seed int64, client, steps int) []sessionStep {
 	g := &sessionScriptGen{rng: rand.New(rand.NewSource(seed*1000 + int64(client))), client: client, heldSteps: -1, objects: map[string]bool{}}
 	var out []sessionStep
 	add := func(sql string) {
-		out = append(out, sessionStep{sql: sql, mode: g.mode()})
-		g.simple = false
+		out = append(out, sessionStep{sql: sql, mode: g.mode(), batch: g.batch})
+		g.batch = singleStatement
 		g.account()
 	}
 	for len(out) < steps {
@@ -189,7 +217,11 @@ func newSessionScript(seed int64, client, steps int) []sessionStep {
 
 func (g *sessionScriptGen) mode() pgx.QueryExecMode {
 	switch n := g.rng.Intn(10); {
-	case n < 4 || g.simple:
+	case g.batch == multiStatementQuery:
+		return pgx.QueryExecModeSimpleProtocol
+	case g.batch == pipelineOfStatements:
+		return pgx.QueryExecModeExec
+	case n < 4:
 		return pgx.QueryExecModeSimpleProtocol
 	case n < 7:
 		return pgx.QueryExecModeExec
@@ -560,11 +592,14 @@ func (g *sessionScriptGen) read() string {
 	return g.oneOf("SHOW "+name, fmt.Sprintf("SELECT current_setting('%s', true)", name), "SELECT current_user, session_user", "SELECT 1")
 }
 
-// several is one Query of several statements (simple protocol): outside a
-// transaction block they run in one implicit transaction, which a failing
-// statement rolls back as a whole.
+// several is a step of several statements, sent as one Query or as one
+// pipeline: outside a transaction block they run in one implicit
+// transaction, which a failing statement rolls back as a whole.
 func (g *sessionScriptGen) several() string {
-	g.simple = true
+	g.batch = multiStatementQuery
+	if g.rng.Intn(5) < 2 {
+		g.batch = pipelineOfStatements
+	}
 	name := sessionSettings[g.rng.Intn(len(sessionSettings))]
 	sql, _ := g.value(name)
 	set := fmt.Sprintf("SET %s = %s", name, sql)
@@ -721,12 +756,61 @@ func (sc *sessionConn) observe(ctx context.Context) []string {
 	return rows[0]
 }
 
+// batch sends a step's statements as one Query or as one pipeline and
+// returns every statement's command tag and rows, or its error.
+func (sc *sessionConn) batch(ctx context.Context, st sessionStep) string {
+	var mrr *pgconn.MultiResultReader
+	if st.batch == multiStatementQuery {
+		mrr = sc.conn.PgConn().Exec(ctx, st.sql)
+	} else {
+		b := &pgconn.Batch{}
+		for _, q := range strings.Split(st.sql, "; ") {
+			b.ExecParams(q, nil, nil, nil, nil)
+		}
+		mrr = sc.conn.PgConn().ExecBatch(ctx, b)
+	}
+	results, err := mrr.ReadAll()
+	var parts []string
+	failed := false
+	for _, r := range results {
+		if r.Err != nil {
+			parts = append(parts, sessionError(r.Err))
+			failed = true
+			continue
+		}
+		p := r.CommandTag.String()
+		if len(r.Rows) > 0 {
+			rows := make([][]string, len(r.Rows))
+			for i, row := range r.Rows {
+				for _, v := range row {
+					if v == nil {
+						rows[i] = append(rows[i], "NULL")
+					} else {
+						rows[i] = append(rows[i], string(v))
+					}
+				}
+			}
+			p += fmt.Sprintf(" %v", rows)
+		}
+		parts = append(parts, p)
+	}
+	if err != nil && !failed {
+		parts = append(parts, sessionError(err))
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (sc *sessionConn) step(ctx context.Context, st sessionStep) sessionRecord {
 	sc.notices = sc.notices[:0]
-	tag, rows := sc.query(ctx, st.sql, st.mode)
-	outcome := tag
-	if len(rows) > 0 {
-		outcome += fmt.Sprintf(" %v", rows)
+	var outcome string
+	if st.batch != singleStatement {
+		outcome = sc.batch(ctx, st)
+	} else {
+		tag, rows := sc.query(ctx, st.sql, st.mode)
+		outcome = tag
+		if len(rows) > 0 {
+			outcome += fmt.Sprintf(" %v", rows)
+		}
 	}
 	if len(sc.notices) > 0 {
 		outcome += " notices " + strings.Join(sc.notices, ",")
@@ -738,15 +822,30 @@ func (sc *sessionConn) step(ctx context.Context, st sessionStep) sessionRecord {
 		rep = append(rep, p+"="+sc.conn.PgConn().ParameterStatus(p))
 	}
 	rec.reported = strings.Join(rep, " ")
+	rec.txStatus = string(sc.conn.PgConn().TxStatus())
 	return rec
 }
 
+// sessionStall is what runSessionClients tells its caller when no
+// statement has finished for sessionStallAfter: the statement each client
+// is at (-1: done) and the backend key (lockpool's client id) of each.
+type sessionStall struct {
+	at      time.Duration
+	current []int
+	keys    []uint32
+}
+
+// sessionStallAfter is how long without a finished statement counts as a
+// stall worth a snapshot (a diagnostic only: nothing waits for it).
+const sessionStallAfter = 3 * time.Second
+
 // runSessionClients connects every client to dsn, then runs all scripts at
 // once, each client in its own goroutine, and returns each client's
-// records.
-func runSessionClients(ctx context.Context, t *testing.T, dsn string, clients []sessionClient, seed int64) [][]sessionRecord {
+// records. onStall, if not nil, is called once per stall.
+func runSessionClients(ctx context.Context, t *testing.T, dsn string, clients []sessionClient, seed int64, onStall func(sessionStall)) [][]sessionRecord {
 	t.Helper()
 	conns := make([]*sessionConn, len(clients))
+	keys := make([]uint32, len(clients))
 	out := make([][]sessionRecord, len(clients))
 	for i, c := range clients {
 		sc, err := connectSession(ctx, dsn, c)
@@ -754,25 +853,35 @@ func runSessionClients(ctx context.Context, t *testing.T, dsn string, clients []
 			t.Errorf("client %d (%s): connect: %v", i, c.startup(), err)
 			continue
 		}
-		conns[i] = sc
+		conns[i], keys[i] = sc, sc.conn.PgConn().PID()
 	}
 	var wg sync.WaitGroup
+	var finished atomic.Int64
+	current := make([]atomic.Int64, len(clients))
+	began := time.Now()
 	for i, c := range clients {
+		current[i].Store(-1)
 		if conns[i] == nil {
 			continue
 		}
 		wg.Add(1)
 		go func(i int, c sessionClient, sc *sessionConn) {
 			defer wg.Done()
+			defer current[i].Store(-1)
 			defer sc.conn.Close(context.Background())
 			rng := rand.New(rand.NewSource(seed + int64(i)))
 			recs := make([]sessionRecord, 0, len(c.script))
-			for _, st := range c.script {
+			for j, st := range c.script {
 				if sc.conn.IsClosed() {
 					recs = append(recs, sessionRecord{outcome: "not run: connection closed"})
 					continue
 				}
-				recs = append(recs, sc.step(ctx, st))
+				current[i].Store(int64(j))
+				at := time.Since(began)
+				rec := sc.step(ctx, st)
+				rec.at, rec.took = at, time.Since(began)-at
+				recs = append(recs, rec)
+				finished.Add(1)
 				if rng.Intn(3) == 0 {
 					runtime.Gosched()
 				}
@@ -780,8 +889,80 @@ func runSessionClients(ctx context.Context, t *testing.T, dsn string, clients []
 			out[i] = recs
 		}(i, c, conns[i])
 	}
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if onStall == nil {
+			return
+		}
+		tick := time.NewTicker(sessionStallAfter / 4)
+		defer tick.Stop()
+		last, since, reported := finished.Load(), time.Now(), false
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if n := finished.Load(); n != last {
+				last, since, reported = n, time.Now(), false
+				continue
+			}
+			if !reported && time.Since(since) >= sessionStallAfter {
+				reported = true
+				st := sessionStall{at: time.Since(began), keys: keys, current: make([]int, len(clients))}
+				for i := range current {
+					st.current[i] = int(current[i].Load())
+				}
+				onStall(st)
+			}
+		}
+	}()
 	wg.Wait()
+	close(done)
+	<-watched
 	return out
+}
+
+// logSessionStall logs what every client was doing in a stall through l:
+// its statement, lockpool's view of it (/debug/clients: state, pinned,
+// server connection) and its state before that statement on the direct
+// run (transaction status, what pins).
+func logSessionStall(t *testing.T, l *lp, clients []sessionClient, direct [][]sessionRecord, st sessionStall) {
+	rows := map[uint32]proxy.ClientRow{}
+	if code, body := l.get("/debug/clients"); code == 200 {
+		var rs []proxy.ClientRow
+		if err := json.Unmarshal([]byte(body), &rs); err == nil {
+			for _, r := range rs {
+				rows[r.ID] = r
+			}
+		}
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "no statement finished for %v at +%v; the clients:\n", sessionStallAfter, st.at.Round(time.Millisecond))
+	for i, j := range st.current {
+		if j < 0 {
+			fmt.Fprintf(&s, "  client %d: done\n", i)
+			continue
+		}
+		r, ok := rows[st.keys[i]]
+		view := "not listed"
+		if ok {
+			backend := "none"
+			if r.BackendPID != nil {
+				backend = strconv.Itoa(int(*r.BackendPID))
+			}
+			view = fmt.Sprintf("state %s, pinned %v %s, server connection %s", r.State, r.Pinned, r.PinReason, backend)
+		}
+		before := "at its start"
+		if j > 0 && j-1 < len(direct[i]) {
+			p := direct[i][j-1]
+			before = "tx " + p.txStatus + " | " + formatObserved(p.observed)
+		}
+		fmt.Fprintf(&s, "  client %d at step %d %v\n    lockpool: %s\n    direct before it: %s\n", i, j, clients[i].script[j], view, before)
+	}
+	t.Log(s.String())
 }
 
 // sessionDivergence is one statement whose records differ.
@@ -807,6 +988,9 @@ func sessionDiffer(want, got sessionRecord) []string {
 	}
 	if want.reported != got.reported {
 		fields = append(fields, "reported")
+	}
+	if want.txStatus != got.txStatus {
+		fields = append(fields, "transaction status")
 	}
 	return fields
 }
@@ -850,8 +1034,9 @@ func (d sessionDivergence) format(clients []sessionClient, a, b string) string {
 			}
 		}
 	}
-	fmt.Fprintf(&s, "    %-9s outcome %s | %s | %s\n", a+":", d.want.outcome, formatObserved(d.want.observed), d.want.reported)
-	fmt.Fprintf(&s, "    %-9s outcome %s | %s | %s\n", b+":", d.got.outcome, formatObserved(d.got.observed), d.got.reported)
+	fmt.Fprintf(&s, "    %-9s outcome %s | %s | %s | tx %s\n", a+":", d.want.outcome, formatObserved(d.want.observed), d.want.reported, d.want.txStatus)
+	fmt.Fprintf(&s, "    %-9s outcome %s | %s | %s | tx %s (sent at +%v, took %v)\n", b+":", d.got.outcome, formatObserved(d.got.observed), d.got.reported,
+		d.got.txStatus, d.got.at.Round(time.Millisecond), d.got.took.Round(time.Millisecond))
 	from := d.step - sessionRecentSteps
 	if from < 0 {
 		from = 0
@@ -1003,8 +1188,8 @@ func testSessionStateSeed(t *testing.T, directDSN string, seed int64, steps int)
 	clients := newSessionClients(seed, steps)
 
 	start := time.Now()
-	direct := runSessionClients(ctx, t, directDSN, clients, seed)
-	again := runSessionClients(ctx, t, directDSN, clients, seed)
+	direct := runSessionClients(ctx, t, directDSN, clients, seed, nil)
+	again := runSessionClients(ctx, t, directDSN, clients, seed, nil)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -1019,7 +1204,9 @@ func testSessionStateSeed(t *testing.T, directDSN string, seed int64, steps int)
 	app.max, app.pinned, app.advisory, app.state, app.wait, app.mode = sessionBudget, sessionPinned, "pin", "pin", sessionWait, "transaction"
 	l := startLockpool(t, 10, "", app)
 	start = time.Now()
-	pooled := runSessionClients(ctx, t, l.DSN(sessionRole, sessionDB), clients, seed)
+	pooled := runSessionClients(ctx, t, l.DSN(sessionRole, sessionDB), clients, seed, func(st sessionStall) {
+		logSessionStall(t, l, clients, direct, st)
+	})
 	pooledTime := time.Since(start)
 
 	var waits []string
@@ -1154,7 +1341,7 @@ func sessionCoverage(runs [][]sessionRecord) string {
 	for _, recs := range runs {
 		for _, r := range recs {
 			total++
-			if strings.HasPrefix(r.outcome, "ERROR") {
+			if strings.Contains(r.outcome, "ERROR") {
 				failed++
 			}
 			if len(r.observed) != len(sessionObserved) {
@@ -1205,7 +1392,8 @@ func traceSessionClients(t *testing.T, spec string, clients []sessionClient, dir
 			}{{"direct", direct[i]}, {"lockpool", pooled[i]}} {
 				if j < len(side.recs) {
 					r := side.recs[j]
-					fmt.Fprintf(&s, "      %-9s %s | %s | %s\n", side.name+":", r.outcome, formatObserved(r.observed), r.reported)
+					fmt.Fprintf(&s, "      %-9s %s | %s | %s | tx %s (+%v, %v)\n", side.name+":", r.outcome, formatObserved(r.observed), r.reported,
+						r.txStatus, r.at.Round(time.Millisecond), r.took.Round(time.Millisecond))
 				}
 			}
 		}
