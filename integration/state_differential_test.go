@@ -128,7 +128,6 @@ func (s sessionStep) String() string {
 
 // sessionClient is one client: its startup parameters and its script.
 type sessionClient struct {
-	id      int
 	params  map[string]string // connection parameters (application_name, …)
 	options string            // -c switches, "" for none
 	script  []sessionStep
@@ -654,7 +653,7 @@ func newSessionClients(seed int64, steps int) []sessionClient {
 	names := []string{"DateStyle", "TimeZone", "search_path", "statement_timeout", "work_mem", "sd.flag"}
 	clients := make([]sessionClient, sessionClients)
 	for i := range clients {
-		c := sessionClient{id: i, params: map[string]string{"application_name": fmt.Sprintf("sd-%d", i)}}
+		c := sessionClient{params: map[string]string{"application_name": fmt.Sprintf("sd-%d", i)}}
 		var opts []string
 		for _, n := range names {
 			if rng.Intn(100) >= 40 {
@@ -1225,7 +1224,7 @@ func testSessionStateSeed(t *testing.T, directDSN string, seed int64, steps int)
 
 	t.Logf("seed %d: the oracle's statements: %s", seed, sessionCoverage(direct))
 	app1 := map[string]string{"app": app.name}
-	t.Logf("seed %d: lockpool: %v pins, pin slot requests %v immediate / %v waited / %v timed out, %v waits for a connection (%v timed out)",
+	t.Logf("seed %d: lockpool: %v pins, pin slot requests %v immediate / %v waited / %v timed out, %v requests for a server connection (%v timed out)",
 		seed, l.metric("lockpool_pins_total", app1),
 		l.metric("lockpool_pin_waits_total", map[string]string{"app": app.name, "outcome": "immediate"}),
 		l.metric("lockpool_pin_waits_total", map[string]string{"app": app.name, "outcome": "waited"}),
@@ -1261,7 +1260,7 @@ func testSessionStateSeed(t *testing.T, directDSN string, seed int64, steps int)
 // and two more. It returns the differences.
 func checkFreshSessions(ctx context.Context, t *testing.T, l *lp, directDSN string) []string {
 	t.Helper()
-	fresh := sessionClient{id: -1, params: map[string]string{"application_name": "sd-fresh"}}
+	fresh := sessionClient{params: map[string]string{"application_name": "sd-fresh"}}
 	d, err := connectSession(ctx, directDSN, fresh)
 	if err != nil {
 		t.Fatalf("fresh direct client: %v", err)
