@@ -189,6 +189,12 @@ type sessionScriptGen struct {
 	batch      sessionBatch // how the step being written is sent, when it has several statements
 	objects    map[string]bool
 	savepoints []string
+	// localDefault: this transaction ran SET LOCAL … TO DEFAULT. A RESET
+	// ALL after it is not generated: on PostgreSQL RESET ALL skips a
+	// setting whose value is its startup value at the moment, so COMMIT
+	// then restores the value from before the SET LOCAL, which lockpool
+	// does not reproduce (a documented difference, see README).
+	localDefault bool
 }
 
 func newSessionScript(seed int64, client, steps int) []sessionStep {
@@ -338,7 +344,7 @@ func (g *sessionScriptGen) next() string {
 func (g *sessionScriptGen) oneOf(s ...string) string { return s[g.rng.Intn(len(s))] }
 
 func (g *sessionScriptGen) endTx() string {
-	g.inTx, g.savepoints = false, nil
+	g.inTx, g.savepoints, g.localDefault = false, nil, false
 	g.forgetObjects("cur_tx")
 	return g.oneOf("COMMIT", "ROLLBACK", "END", "ABORT", "COMMIT", "ROLLBACK")
 }
@@ -424,8 +430,12 @@ func (g *sessionScriptGen) setting() string {
 	case n < 69:
 		return fmt.Sprintf("SET %s = DEFAULT", name)
 	case n < 72:
+		g.localDefault = g.localDefault || g.inTx
 		return fmt.Sprintf("SET LOCAL %s TO DEFAULT", name)
 	case n < 78:
+		if g.localDefault {
+			return "RESET " + name
+		}
 		return "RESET ALL"
 	case n < 89:
 		return fmt.Sprintf("SELECT set_config('%s', '%s', false)", name, plain)
@@ -607,11 +617,14 @@ func (g *sessionScriptGen) several() string {
 		return set + "; SELECT 1/0"
 	case n < 30:
 		return fmt.Sprintf("SET LOCAL %s = %s; SHOW %s", name, sql, name)
-	case n < 40:
+	case n < 40 && !g.localDefault:
 		return "RESET ALL; SELECT current_setting('TimeZone'), current_setting('DateStyle')"
 	case n < 50:
 		return set + "; RESET " + name
 	case n < 60:
+		if g.inTx && g.localDefault {
+			return set + "; SAVEPOINT sp_m; RESET " + name + "; ROLLBACK TO SAVEPOINT sp_m"
+		}
 		if g.inTx {
 			return set + "; SAVEPOINT sp_m; RESET ALL; ROLLBACK TO SAVEPOINT sp_m"
 		}
