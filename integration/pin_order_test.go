@@ -166,3 +166,70 @@ func TestPinWaitersOutsideTransactionsDoNotBlockTransactions(t *testing.T) {
 		t.Errorf("at the end: pool stats %+v, want nothing pinned, waiting or in use", st)
 	}
 }
+
+// A CancelRequest ends a wait for a pin slot and a connection at once with
+// 57014, whether a slot or a connection was missing; the wait is gone from
+// the pool, nothing is held for it, and the client's next statement runs.
+func TestCancelEndsPinAndConnectionWait(t *testing.T) {
+	t.Parallel()
+	app := poApp("pinordercancel", "30s")
+	app.max, app.pinned = 2, 1
+	l := startLockpool(t, 10, "", app)
+	ctx := testenv.Context(t, 60*time.Second)
+	pool := l.srv.Pool()
+	w := l.connect(t, "app", "appdb")
+	tbl := uniqueName(t, "po_cancel")
+
+	// cancelWait starts w's temp table, waits until the pool has it
+	// waiting, cancels it and checks the 57014.
+	cancelWait := func(what string) {
+		t.Helper()
+		a := poExecAsync(t, ctx, w, "CREATE TEMP TABLE "+tbl+" (i int)")
+		eventually(t, 5*time.Second, what+": the client waiting for a pin slot", func() bool {
+			return pool.Stats(app.name).PinWaiting == 1
+		})
+		t0 := time.Now()
+		if err := w.PgConn().CancelRequest(ctx); err != nil {
+			t.Fatalf("%s: CancelRequest: %v", what, err)
+		}
+		pgErr(t, a.wait(t, ctx, what), "57014")
+		if el := time.Since(t0); el > 2*time.Second {
+			t.Errorf("%s: the cancelled wait ended after %v", what, el)
+		}
+	}
+
+	// No slot: another client is pinned by its own temp table.
+	p := l.connect(t, "app", "appdb")
+	stExec(t, p, "CREATE TEMP TABLE "+tbl+"_p (i int)")
+	l.wantPinned(t, app.name, "temp_table", 1)
+	cancelWait("no pin slot free")
+	if st := pool.Stats(app.name); st.PinWaiting != 0 || st.Waiting != 0 || st.Pinned != 1 || st.InUse != 1 {
+		t.Errorf("after the cancel (no slot): pool stats %+v, want only the pinned client's slot and connection", st)
+	}
+	var one int
+	if err := w.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("after the cancel: SELECT 1 = %d, %v", one, err)
+	}
+	stExec(t, p, "DROP TABLE "+tbl+"_p")
+	l.wantPinned(t, app.name, "", 0)
+
+	// No connection: two transactions hold both.
+	txs := []*pgx.Conn{p, l.connect(t, "app", "appdb")}
+	for _, c := range txs {
+		stExec(t, c, "BEGIN")
+		stExec(t, c, "SELECT 1")
+	}
+	cancelWait("no connection free")
+	if st := pool.Stats(app.name); st.PinWaiting != 0 || st.Waiting != 0 || st.Pinned != 0 || st.InUse != 2 {
+		t.Errorf("after the cancel (no connection): pool stats %+v, want the two transactions' connections and nothing else", st)
+	}
+	stExec(t, txs[0], "COMMIT")
+	stExec(t, w, "CREATE TEMP TABLE "+tbl+" (i int)")
+	l.wantPinned(t, app.name, "temp_table", 1)
+	stExec(t, w, "DROP TABLE "+tbl)
+	stExec(t, txs[1], "COMMIT")
+	l.wantPinned(t, app.name, "", 0)
+	if n := l.metric("lockpool_pin_waits_total", map[string]string{"app": app.name, "outcome": "canceled"}); n != 2 {
+		t.Errorf("lockpool_pin_waits_total{outcome=\"canceled\"} = %v, want 2", n)
+	}
+}
