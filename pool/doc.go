@@ -34,9 +34,21 @@
 //   - The instance never has more than server.max_connections connections
 //     opened by its pools.
 //   - A connection is handed to exactly one holder at a time.
-//   - Waiters of one application are served in FIFO order; a slot freed at
-//     the instance level goes to the oldest waiter, across applications, that
-//     is below its application's budget.
+//   - Waiters of one application are served in FIFO order, within the
+//     order of waits below; a slot freed at the instance level goes to the
+//     oldest waiter, across applications, that is below its application's
+//     budget.
+//   - The order of waits: pin slots and connections are never waited for
+//     in a cycle. A caller holding a connection waits for a pin slot only
+//     (AcquirePin); a caller holding neither waits for both holding neither
+//     (AcquireWithPin) and is granted them together, under the lock. A free
+//     slot is never kept for a waiter that cannot get a connection: it goes
+//     to an AcquirePin caller, or waits for the connection that serves an
+//     AcquireWithPin caller with it. So slot waiters wait only for slot
+//     holders, which hold their connection and wait for neither; connection
+//     waiters wait for holders that wait for nothing in the pool or only for
+//     a slot; and a pin wait times out only when the slots are held (pinned)
+//     that long.
 //   - Release is only called at a safe point; Destroy otherwise.
 //   - A waiter is touched by a grant only under the lock; AcquireParked
 //     keeps a finished one for the next wait (so a parked wait allocates
@@ -80,9 +92,13 @@
 //     spent queued behind other clients; observed for every Acquire that
 //     reaches the queue decision, 0 when it did not have to wait, so the
 //     _count is the number of acquires and the low bucket the share served
-//     at once; dial time is not included),
+//     at once; dial time is not included; an AcquireWithPin's wait counts
+//     from the moment a pin slot was free for it),
 //   - lockpool_pin_waits_total{app,outcome} (counter, outcome
-//     immediate|waited|timeout|canceled),
+//     immediate|waited|timeout|canceled: one per AcquirePin or
+//     AcquireWithPin call; an AcquireWithPin that timed out for a connection
+//     with a slot free counts as a timeout here and in
+//     lockpool_pool_wait_timeouts_total),
 //   - lockpool_pool_wait_timeouts_total{app} (counter: Acquires that gave
 //     up after wait_timeout),
 //   - lockpool_pool_max_connections{app} and lockpool_pool_max_pinned{app}

@@ -71,9 +71,9 @@ type Stats struct {
 	Open       int // idle + in use + dialing + being checked/closed
 	Idle       int
 	InUse      int // handed out to holders
-	Waiting    int // Acquire calls queued
+	Waiting    int // Acquire calls queued, and AcquireWithPin calls while a pin slot is free (they wait for a connection only)
 	Pinned     int // pin slots held
-	PinWaiting int // AcquirePin calls queued
+	PinWaiting int // AcquirePin and AcquireWithPin calls queued
 	Dialing    int // slots reserved by dials in progress (part of Open)
 }
 
@@ -88,7 +88,7 @@ type Manager struct {
 	lastApp  *appPool   // the one AcquireIdle found last (an entry of apps)
 	appList  []*appPool // every appPool ever created (removed ones stay, drained)
 	open     int        // instance-wide open count (same accounting as appPool.open)
-	waiting  int        // queued Acquire waiters over all apps
+	waiting  int        // queued Acquire and AcquireWithPin waiters over all apps
 	seq      uint64     // waiter age
 	closed   bool
 	params   map[paramsKey]map[string]string
@@ -132,7 +132,8 @@ type appPool struct {
 	waiters      waitQueue
 	pauseWaiters waitQueue // Acquire calls waiting for RESUME (pause.go)
 	pinHeld      int
-	pinWaiters   waitQueue
+	pinWaiters   waitQueue // AcquirePin: a pin slot only (the caller holds a connection)
+	bothWaiters  waitQueue // AcquireWithPin: a pin slot and a connection together (the caller holds neither)
 
 	am appMetrics
 	// Every Acquire's wait, for the admin console's SHOW STATS (snapshot.go).
@@ -151,6 +152,7 @@ type idleStack struct {
 // grant is what a waiter receives.
 type grant struct {
 	c      *Conn // a conn handed over (state in use, counted in inUse)
+	pin    bool  // a pin slot comes with it (counted in pinHeld): an AcquireWithPin grant
 	dial   bool  // a slot was reserved for this waiter (counted in open and dialing)
 	victim *Conn // with dial: a conn to close before dialing (its slot is the reserved one)
 	// victimCounted: the victim belongs to another application and stays
@@ -169,6 +171,12 @@ type waiter struct {
 	prev, next *waiter
 	queued     bool
 	since      time.Time // when it started waiting (SHOW POOLS' maxwait)
+	// pin: an AcquireWithPin waiter (in bothWaiters): its grant takes a
+	// pin slot too. slotFree is when a pin slot was first seen free for
+	// it while it had to wait for a connection (zero: not yet): its wait
+	// for a connection counts from then.
+	pin      bool
+	slotFree time.Time
 }
 
 type waitQueue struct {
@@ -354,7 +362,7 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 		}
 		var g grant
 		ok := false
-		if a.waiters.n == 0 {
+		if a.connHead() == nil {
 			g, ok = m.tryServeLocked(a, database)
 		}
 		if ok {
@@ -434,7 +442,7 @@ func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 		a = m.apps[app]
 		m.lastApp = a
 	}
-	if m.closed || a == nil || a.removed || a.waiters.n > 0 || m.pause.on.Load() && m.pausedLocked(app) {
+	if m.closed || a == nil || a.removed || a.connHead() != nil || m.pause.on.Load() && m.pausedLocked(app) {
 		m.mu.Unlock()
 		return nil
 	}
@@ -495,6 +503,8 @@ func (m *Manager) nextSeq() uint64 {
 
 // wait blocks until w is granted, ctx ends or the timeout fires. On
 // timeout/cancel the waiter is removed; a grant that raced in is given back.
+// An AcquireWithPin waiter that times out with no pin slot free gets
+// ErrPinTimeout (it waited for a slot), otherwise ErrWaitTimeout.
 func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (grant, error) {
 	var err error
 	if w.parker != nil {
@@ -517,14 +527,27 @@ func (m *Manager) wait(ctx context.Context, w *waiter, timeout time.Duration) (g
 	}
 	m.mu.Lock()
 	if w.queued {
-		w.app.waiters.remove(w)
-		m.waiting--
+		m.dequeueLocked(w)
+		if w.pin && errors.Is(err, ErrWaitTimeout) && w.app.pinHeld >= w.app.cfg.MaxPinned {
+			err = ErrPinTimeout
+		}
 		m.mu.Unlock()
 		return grant{}, err
 	}
 	m.mu.Unlock()
 	m.giveBack(w.app, <-w.ch) // dequeued under the lock together with the send
 	return grant{}, err
+}
+
+// dequeueLocked takes a queued Acquire or AcquireWithPin waiter out of its
+// queue.
+func (m *Manager) dequeueLocked(w *waiter) {
+	if w.pin {
+		w.app.bothWaiters.remove(w)
+	} else {
+		w.app.waiters.remove(w)
+	}
+	m.waiting--
 }
 
 // park waits through w.parker until w is granted (nil), ctx ends or the
@@ -558,8 +581,11 @@ func (m *Manager) park(ctx context.Context, w *waiter, timeout time.Duration) er
 	}
 }
 
-// giveBack returns a grant a waiter no longer wants.
+// giveBack returns a grant a waiter no longer wants (its pin slot too).
 func (m *Manager) giveBack(a *appPool, g grant) {
+	if g.pin {
+		defer m.releasePinOf(a)
+	}
 	switch {
 	case g.err != nil:
 	case g.c != nil:
@@ -862,15 +888,28 @@ func (m *Manager) oldestIdleAppLocked() *appPool {
 	return best
 }
 
+// connHead returns a's oldest waiter that a server connection would serve
+// now: the head of its Acquire queue, or the head of its AcquireWithPin
+// queue when a pin slot is free for it, whichever is older; nil when
+// neither. An AcquireWithPin waiter with no pin slot free is no candidate
+// for a connection: it must not keep one from others while it waits.
+func (a *appPool) connHead() *waiter {
+	w := a.waiters.head
+	if b := a.bothWaiters.head; b != nil && a.pinHeld < a.cfg.MaxPinned && (w == nil || b.seq < w.seq) {
+		return b
+	}
+	return w
+}
+
 // dispatchLocked serves queued waiters while any can be served, oldest
-// (across applications) first. Only queue heads are candidates: a blocked
-// head means the rest of its queue is blocked too.
+// (across applications) first. Only queue heads are candidates (connHead):
+// a blocked head means the rest of its queue is blocked too.
 func (m *Manager) dispatchLocked() {
 	for m.waiting > 0 {
 		heads := m.headsBuf[:0]
 		for _, a := range m.appList {
-			if a.waiters.head != nil {
-				heads = append(heads, a.waiters.head)
+			if h := a.connHead(); h != nil {
+				heads = append(heads, h)
 			}
 		}
 		for i := 1; i < len(heads); i++ { // few applications: insertion sort
@@ -894,9 +933,14 @@ func (m *Manager) dispatchLocked() {
 	}
 }
 
+// grantLocked hands g to the queued waiter w (an AcquireWithPin waiter
+// takes a pin slot with it, which the caller has made sure is free).
 func (m *Manager) grantLocked(w *waiter, g grant) {
-	w.app.waiters.remove(w)
-	m.waiting--
+	m.dequeueLocked(w)
+	if w.pin && g.err == nil {
+		w.app.pinHeld++
+		g.pin = true
+	}
 	w.ch <- g
 	if w.parker != nil {
 		w.parker.Unpark()
@@ -936,7 +980,7 @@ func (m *Manager) putBackLocked(c *Conn, keepIdleSince bool) []*Conn {
 		a.closing++
 		return []*Conn{c}
 	}
-	if w := a.waiters.head; w != nil {
+	if w := a.connHead(); w != nil {
 		if o := m.olderInstanceWaiterLocked(a, w.seq); o != nil {
 			// An older waiter of another application is blocked only by the
 			// instance cap: first come, first served across applications,
@@ -977,7 +1021,7 @@ func (m *Manager) putBackLocked(c *Conn, keepIdleSince bool) []*Conn {
 func (m *Manager) olderInstanceWaiterLocked(a *appPool, seq uint64) *waiter {
 	var best *waiter
 	for _, o := range m.appList {
-		h := o.waiters.head
+		h := o.connHead()
 		if o == a || h == nil || h.seq > seq || o.open >= o.cfg.MaxConnections {
 			continue
 		}
@@ -1033,8 +1077,13 @@ func (m *Manager) Destroy(c *Conn) {
 
 // ---------------------------------------------------------------- pins
 
-// AcquirePin waits FIFO for one of the application's MaxPinned pin slots,
-// up to WaitTimeout (error wraps ErrPinTimeout) or ctx (wraps ctx.Err()).
+// AcquirePin waits for one of the application's MaxPinned pin slots, up
+// to WaitTimeout (error wraps ErrPinTimeout) or ctx (wraps ctx.Err()), for
+// a caller that holds a server connection already (a session inside a
+// transaction). It waits for a slot only: FIFO with the other AcquirePin
+// callers, and it takes a free slot ahead of older AcquireWithPin callers
+// that cannot get a connection yet (see grantPinsLocked). A caller that
+// holds no connection uses AcquireWithPin instead.
 func (m *Manager) AcquirePin(ctx context.Context, app string) error {
 	m.mu.Lock()
 	if m.closed {
@@ -1086,6 +1135,105 @@ func (m *Manager) AcquirePin(ctx context.Context, app string) error {
 	return err
 }
 
+// AcquireWithPin takes one of app's pin slots and a server connection for
+// (app, database) together, for a caller that holds neither (a session
+// outside a transaction whose statement may pin it). It waits holding
+// nothing, up to WaitTimeout or ctx, and is granted both at once, under the
+// manager's lock, when a slot is free and a connection can be had (an idle
+// one, or room to dial): a free slot is never kept for it while it has no
+// connection, so it never blocks an AcquirePin caller, which holds a
+// connection. Among themselves AcquireWithPin callers are served FIFO, and
+// with a slot free the oldest one competes for connections with the
+// Acquire callers in FIFO order (connHead). On success the caller holds
+// the slot (ReleasePin) and the connection (Release or Destroy).
+//
+// A timeout with no slot free wraps ErrPinTimeout, one with a slot free
+// but no connection ErrWaitTimeout; cancellation wraps ctx.Err(); a failed
+// dial is returned as Acquire returns it, with the slot given back. p is as
+// for AcquireParked (nil: an ordinary blocking wait; a dial runs through
+// p.Offload). lockpool_pin_waits_total counts the call by outcome;
+// lockpool_pool_wait_seconds observes its wait for a connection, from the
+// moment a pin slot was free for it (its wait for the slot is not one for
+// a connection).
+func (m *Manager) AcquireWithPin(ctx context.Context, app, database string, p Parker) (*Conn, error) {
+	var paused time.Duration
+	if m.pause.on.Load() {
+		var err error
+		if paused, err = m.waitResumedVia(ctx, app, database, p); err != nil {
+			return nil, err
+		}
+	}
+	outcome := pinImmediate
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		a := m.apps[app]
+		if a == nil || a.removed {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+		}
+		waited := paused
+		paused = 0
+		var g grant
+		ok := false
+		if a.pinHeld < a.cfg.MaxPinned && a.bothWaiters.n == 0 && a.waiters.n == 0 {
+			if g, ok = m.tryServeLocked(a, database); ok {
+				a.pinHeld++
+				g.pin = true
+			}
+		}
+		if ok {
+			m.mu.Unlock()
+			a.observeWait(waited)
+		} else {
+			outcome = pinWaited
+			w := m.newWaiterLocked(a, database, p)
+			w.pin = true
+			if a.pinHeld < a.cfg.MaxPinned {
+				w.slotFree = w.since // only a connection is missing
+			}
+			a.bothWaiters.push(w)
+			m.waiting++
+			timeout := a.cfg.WaitTimeout
+			m.mu.Unlock()
+
+			var err error
+			g, err = m.wait(ctx, w, timeout)
+			if !w.slotFree.IsZero() {
+				waited += time.Since(w.slotFree)
+			}
+			m.recycle(w)
+			a.observeWait(waited)
+			if err != nil {
+				switch {
+				case errors.Is(err, ErrPinTimeout):
+					a.am.pinOutcome(pinTimeout)
+					err = fmt.Errorf("%w (application %q, waited %s)", ErrPinTimeout, app, timeout)
+				case errors.Is(err, ErrWaitTimeout):
+					a.am.pinOutcome(pinTimeout)
+					a.am.waitTimedOut()
+					err = fmt.Errorf("%w (application %q, waited %s with a pin slot free)", ErrWaitTimeout, app, timeout)
+				case ctx.Err() != nil:
+					a.am.pinOutcome(pinCanceled)
+				}
+				return nil, err
+			}
+		}
+		c, retry, err := m.useGrantVia(ctx, a, database, g, p)
+		if retry || err != nil {
+			m.releasePinOf(a) // the connection was dead or could not be made: wait for both again, or fail
+		}
+		if retry {
+			continue
+		}
+		a.am.pinOutcome(outcome)
+		return c, err
+	}
+}
+
 // ReleasePin frees one pin slot of app (handing it to the first pin waiter).
 func (m *Manager) ReleasePin(app string) {
 	m.mu.Lock()
@@ -1099,12 +1247,49 @@ func (m *Manager) ReleasePin(app string) {
 	m.grantPinsLocked(a)
 }
 
+// releasePinOf gives back a pin slot of a that came with an AcquireWithPin
+// grant the caller could not use.
+func (m *Manager) releasePinOf(a *appPool) {
+	m.mu.Lock()
+	a.pinHeld--
+	m.grantPinsLocked(a)
+	m.mu.Unlock()
+}
+
+// grantPinsLocked hands a's free pin slots to its waiters, oldest first,
+// wherever that cannot make a wait cycle. An AcquirePin waiter holds a
+// connection and waits for a slot only: it gets a free slot. An
+// AcquireWithPin waiter holds nothing and needs a connection too: the
+// oldest one gets a slot only together with a connection (no older Acquire
+// waiter, and tryServeLocked finds one); otherwise the slot goes on to a
+// younger AcquirePin waiter, or stays free, and that AcquireWithPin waiter
+// waits for a connection (connHead). So no slot is ever kept for a waiter
+// that cannot use it, and a waiter that holds a connection never waits for
+// one that holds nothing.
 func (m *Manager) grantPinsLocked(a *appPool) {
-	for a.pinWaiters.head != nil && a.pinHeld < a.cfg.MaxPinned {
-		w := a.pinWaiters.head
-		a.pinWaiters.remove(w)
+	for a.pinHeld < a.cfg.MaxPinned {
+		p, b := a.pinWaiters.head, a.bothWaiters.head
+		if b != nil && (p == nil || b.seq < p.seq) && (a.waiters.head == nil || b.seq < a.waiters.head.seq) {
+			if g, ok := m.tryServeLocked(a, b.db); ok {
+				m.grantLocked(b, g)
+				continue
+			}
+		}
+		if p == nil {
+			break
+		}
+		a.pinWaiters.remove(p)
 		a.pinHeld++
-		w.ch <- grant{}
+		p.ch <- grant{}
+	}
+	if a.pinHeld < a.cfg.MaxPinned && a.bothWaiters.n > 0 {
+		// A slot is free for them: from now on they wait for a connection.
+		now := time.Now()
+		for w := a.bothWaiters.head; w != nil; w = w.next {
+			if w.slotFree.IsZero() {
+				w.slotFree = now
+			}
+		}
 	}
 }
 
@@ -1170,6 +1355,9 @@ func (m *Manager) Reconfigure(server config.Server, apps []AppConfig) {
 		toClose = append(toClose, m.closeIdleLocked(a)...)
 		err := fmt.Errorf("%w %q (removed by reconfiguration)", ErrUnknownApp, a.name)
 		for w := a.waiters.head; w != nil; w = a.waiters.head {
+			m.grantLocked(w, grant{err: err})
+		}
+		for w := a.bothWaiters.head; w != nil; w = a.bothWaiters.head {
 			m.grantLocked(w, grant{err: err})
 		}
 		for w := a.pinWaiters.head; w != nil; w = a.pinWaiters.head {
@@ -1273,13 +1461,17 @@ func (m *Manager) InstanceStats() Stats {
 }
 
 func (a *appPool) statsLocked() Stats {
+	waiting := a.waiters.n + a.pauseWaiters.n
+	if a.pinHeld < a.cfg.MaxPinned {
+		waiting += a.bothWaiters.n // a slot is free: they wait for a connection
+	}
 	return Stats{
 		Open:       a.open,
 		Idle:       a.idleN,
 		InUse:      a.inUse,
-		Waiting:    a.waiters.n + a.pauseWaiters.n,
+		Waiting:    waiting,
 		Pinned:     a.pinHeld,
-		PinWaiting: a.pinWaiters.n,
+		PinWaiting: a.pinWaiters.n + a.bothWaiters.n,
 		Dialing:    a.dialing,
 	}
 }
@@ -1406,6 +1598,9 @@ func (m *Manager) Close() {
 		for _, a := range m.appList {
 			toClose = append(toClose, m.closeIdleLocked(a)...)
 			for w := a.waiters.head; w != nil; w = a.waiters.head {
+				m.grantLocked(w, grant{err: ErrClosed})
+			}
+			for w := a.bothWaiters.head; w != nil; w = a.bothWaiters.head {
 				m.grantLocked(w, grant{err: ErrClosed})
 			}
 			for w := a.pinWaiters.head; w != nil; w = a.pinWaiters.head {

@@ -10,7 +10,7 @@ import (
 type DatabaseStats struct {
 	Database string
 	Idle     int           // idle server connections to this database
-	Waiting  int           // Acquire calls for it queued or paused
+	Waiting  int           // Acquire and AcquireWithPin calls for it queued or paused
 	MaxWait  time.Duration // how long the oldest of them has waited
 }
 
@@ -38,7 +38,7 @@ func (m *Manager) DatabaseStats(app string) []DatabaseStats {
 			get(db).Idle = len(st.conns)
 		}
 	}
-	for _, q := range []*waitQueue{&a.waiters, &a.pauseWaiters} {
+	for _, q := range []*waitQueue{&a.waiters, &a.bothWaiters, &a.pauseWaiters} {
 		for w := q.head; w != nil; w = w.next {
 			d := get(w.db)
 			d.Waiting++

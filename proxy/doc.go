@@ -17,11 +17,12 @@
 // checks run before, on the accepting goroutine; the socket is then handed
 // to a loop (adopted: taken out of Go's netpoller into the loop's epoll).
 // Waits on anything but the session's own sockets never block the loop: a
-// wait for a pool connection parks the coroutine in its loop (the pool
-// unparks it when it grants a connection; the session's serverLink when a
-// cancel request or a kill ends the wait's context), and pin slots, lease
-// calls, dials and cancels run through session.offload on a goroutine of
-// their own.
+// wait for a pool connection (with the pin slot a statement wants, when the
+// session has no connection: pool.AcquireWithPin) parks the coroutine in
+// its loop (the pool unparks it when it grants a connection; the session's
+// serverLink when a cancel request or a kill ends the wait's context), and
+// pin-slot waits of attached sessions, lease calls, dials and cancels run
+// through session.offload on a goroutine of their own.
 //
 // Two small types hold what other goroutines may see:
 //   - serverLink (link.go): the server connection and its life-cycle state,
@@ -115,6 +116,13 @@
 //     loss is invisible.
 //
 // # Invariants
+//   - Waits for pin slots and connections have one order: a session with no
+//     server connection whose statement may pin waits for the slot and the
+//     connection together holding neither (apply marks the slot wanted,
+//     attach takes both: pool.AcquireWithPin); a session holding its
+//     connection (inside a transaction) waits for a slot only
+//     (pool.AcquirePin). A session never waits holding a pin slot without
+//     its connection, so no wait cycle can form between the two.
 //   - A server connection goes back to the pool only at a safe point: every
 //     message the client sent is answered, nothing was written after the
 //     last Sync, the server said ReadyForQuery 'I', and the session is not

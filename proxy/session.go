@@ -110,6 +110,7 @@ type session struct {
 	pinReason string
 	pinned    bool
 	needProbe bool
+	wantSlot  bool // a statement wants a pin slot and no server connection is attached: attach takes both together
 
 	// Statements.
 	unnamed      *rewrite.Findings // the last unnamed Parse's findings; nil or zero: none (made at the first hit, then reused)
@@ -417,7 +418,8 @@ func (s *session) discard(n int) error {
 	return err
 }
 
-// attach takes a server connection for this session if it has none.
+// attach takes a server connection for this session if it has none, with
+// a pin slot when a statement wants one (wantSlot).
 func (s *session) attach() error {
 	if s.link.sc != nil {
 		return nil
@@ -428,8 +430,13 @@ func (s *session) attach() error {
 	if draining {
 		return errShutdown()
 	}
-	sc := s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness())
-	if sc == nil {
+	var sc *pool.Conn
+	if s.wantSlot {
+		var err error
+		if sc, err = s.acquireWithPin(); err != nil {
+			return err
+		}
+	} else if sc = s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness()); sc == nil {
 		var err error
 		ctx := s.waitContext()
 		if s.co != nil {
@@ -464,6 +471,28 @@ func (s *session) attach() error {
 	s.sawFatal = false
 	s.cout = append(s.cout, ps...)
 	return nil
+}
+
+// acquireWithPin takes the pin slot a statement wants and a server
+// connection together, waiting for both holding neither (parked in the
+// session's loop, like a connection wait). The slot is the session's
+// (s.slot) from then on; attachFailed gives it back should the statement
+// not reach the server.
+func (s *session) acquireWithPin() (*pool.Conn, error) {
+	s.wantSlot = false
+	ctx := s.waitContext()
+	var p pool.Parker
+	if s.co != nil {
+		p = parkedWait{s.co}
+	}
+	sc, err := s.srv.pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
+	s.endWait()
+	if err != nil {
+		s.needProbe, s.pinReason = false, ""
+		return nil, err
+	}
+	s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
+	return sc, nil
 }
 
 // toServer attaches a server connection if needed and records the reply
@@ -652,17 +681,19 @@ func (s *session) status() byte {
 // leaves it in a failed transaction, so that its next statements never run
 // outside the block it asked for.
 func (s *session) attachFailed(err error, simple, begins bool) error {
-	if s.link.sc == nil && s.slot != nil && !s.pinned {
+	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.pinned {
 		// A pin slot taken for this statement must not outlive it: nothing
 		// ran, so nothing can be held.
 		s.slot.Release()
-		s.slot, s.needProbe, s.pinReason = nil, false, ""
+		s.slot, s.wantSlot, s.needProbe, s.pinReason = nil, false, false, ""
 	}
 	var pe *pgError
 	switch {
 	case errors.As(err, &pe):
 	case errors.Is(err, errSessionEnd):
 		return err
+	case errors.Is(err, pool.ErrPinTimeout):
+		pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
 	case errors.Is(err, pool.ErrWaitTimeout):
 		pe = policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String())
 	case errors.Is(err, context.Canceled):
@@ -777,7 +808,7 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		Advisory:       f.Advisory,
 		Unlock:         callsUnlock(f),
 		Holdable:       holdable(f),
-		AdvisoryPinned: (s.pinned || s.slot != nil) && s.pinReason == "advisory_lock",
+		AdvisoryPinned: (s.pinned || s.slot != nil || s.wantSlot) && s.pinReason == "advisory_lock",
 		Pinned:         s.pinned,
 	}
 	for _, fn := range f.Funcs {
@@ -835,7 +866,14 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 		}
 		return false, s.fail(d.Err, simple)
 	case policy.PinFirst:
-		if s.slot == nil {
+		if s.slot == nil && s.link.sc == nil {
+			// Outside a server connection the slot comes with the
+			// connection (attach): waiting for it holds neither.
+			s.wantSlot = true
+		} else if s.slot == nil {
+			// The session holds its connection (inside a transaction, or
+			// mid-batch): it waits for a slot only, and takes a free one
+			// ahead of sessions that wait holding nothing (pool.AcquirePin).
 			ctx := s.waitContext()
 			var err error
 			s.offload(func() { err = s.srv.pool.AcquirePin(ctx, s.app.cfg.Name) })
@@ -1021,10 +1059,10 @@ func (s *session) onSync(n int) error {
 		return err
 	}
 	s.skipping = false
-	if s.link.sc == nil && s.slot != nil && !s.pinned {
+	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.pinned {
 		// Nothing ran on a server: nothing can be held.
 		s.slot.Release()
-		s.slot, s.needProbe, s.pinReason = nil, false, ""
+		s.slot, s.wantSlot, s.needProbe, s.pinReason = nil, false, false, ""
 	}
 	if s.link.sc == nil {
 		s.unsynced = false
@@ -1163,7 +1201,7 @@ func (s *session) cleanup() {
 	}
 	s.setPinned(false, "")
 	s.slot.Release()
-	s.slot = nil
+	s.slot, s.wantSlot = nil, false
 	s.closeLeases()
 	s.closeHeld()
 	s.out.end(nil, nil)
