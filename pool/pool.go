@@ -351,14 +351,10 @@ func (m *Manager) AcquireParked(ctx context.Context, app, database string, p Par
 	}
 	for {
 		m.mu.Lock()
-		if m.closed {
+		a, err := m.appLocked(app)
+		if err != nil {
 			m.mu.Unlock()
-			return nil, ErrClosed
-		}
-		a := m.apps[app]
-		if a == nil || a.removed {
-			m.mu.Unlock()
-			return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+			return nil, err
 		}
 		var g grant
 		ok := false
@@ -1075,6 +1071,20 @@ func (m *Manager) Destroy(c *Conn) {
 	m.finishClose([]*Conn{c}, false)
 }
 
+// appLocked returns the application app for a new wait: ErrClosed once the
+// manager closed, ErrUnknownApp for an application that is not (or no
+// longer) configured. The caller holds m.mu.
+func (m *Manager) appLocked(app string) (*appPool, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	a := m.apps[app]
+	if a == nil || a.removed {
+		return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+	}
+	return a, nil
+}
+
 // ---------------------------------------------------------------- pins
 
 // AcquirePin waits for one of the application's MaxPinned pin slots, up
@@ -1086,14 +1096,10 @@ func (m *Manager) Destroy(c *Conn) {
 // holds no connection uses AcquireWithPin instead.
 func (m *Manager) AcquirePin(ctx context.Context, app string) error {
 	m.mu.Lock()
-	if m.closed {
+	a, err := m.appLocked(app)
+	if err != nil {
 		m.mu.Unlock()
-		return ErrClosed
-	}
-	a := m.apps[app]
-	if a == nil || a.removed {
-		m.mu.Unlock()
-		return fmt.Errorf("%w %q", ErrUnknownApp, app)
+		return err
 	}
 	if a.pinWaiters.n == 0 && a.pinHeld < a.cfg.MaxPinned {
 		a.pinHeld++
@@ -1108,7 +1114,6 @@ func (m *Manager) AcquirePin(ctx context.Context, app string) error {
 
 	timerC, stop := timeoutChan(timeout)
 	defer stop()
-	var err error
 	outcome := pinCanceled
 	select {
 	case g := <-w.ch:
@@ -1166,14 +1171,10 @@ func (m *Manager) AcquireWithPin(ctx context.Context, app, database string, p Pa
 	outcome := pinImmediate
 	for {
 		m.mu.Lock()
-		if m.closed {
+		a, err := m.appLocked(app)
+		if err != nil {
 			m.mu.Unlock()
-			return nil, ErrClosed
-		}
-		a := m.apps[app]
-		if a == nil || a.removed {
-			m.mu.Unlock()
-			return nil, fmt.Errorf("%w %q", ErrUnknownApp, app)
+			return nil, err
 		}
 		waited := paused
 		paused = 0
