@@ -103,13 +103,6 @@ func (p *clientParams) set(name, val string) {
 	p.fp = ""
 }
 
-func (p *clientParams) reset(name string) {
-	if _, ok := p.values()[name]; ok {
-		delete(p.own(), name)
-		p.fp = ""
-	}
-}
-
 func (p *clientParams) fingerprint() string {
 	if p.fp != "" {
 		return p.fp

@@ -6,11 +6,11 @@ import (
 )
 
 // TestClientParamsShareStartupUntilChanged checks that the current values
-// start as the startup map itself and that no change through set, reset or
+// start as the startup map itself and that no change through set, replace or
 // a later RESET ALL ever writes into the startup values.
 func TestClientParamsShareStartupUntilChanged(t *testing.T) {
 	type op struct {
-		kind      string // set, reset, resetAll
+		kind      string // set, replace (the values become {name: val}), resetAll
 		name, val string
 	}
 	for _, c := range []struct {
@@ -29,16 +29,14 @@ func TestClientParamsShareStartupUntilChanged(t *testing.T) {
 		{"set to the empty string without startup values", nil, []op{{"set", "my.flag", ""}}, map[string]string{"my.flag": ""}},
 		{"change a startup value", map[string]string{"application_name": "a"}, []op{{"set", "application_name", "b"}},
 			map[string]string{"application_name": "b"}},
-		{"reset a startup value", map[string]string{"application_name": "a", "timezone": "UTC"}, []op{{"reset", "timezone", ""}},
-			map[string]string{"application_name": "a"}},
-		{"reset every value", map[string]string{"timezone": "UTC"}, []op{{"reset", "timezone", ""}}, map[string]string{}},
-		{"reset an unknown one", map[string]string{"timezone": "UTC"}, []op{{"reset", "datestyle", ""}}, map[string]string{"timezone": "UTC"}},
+		{"replace the values", map[string]string{"application_name": "a", "timezone": "UTC"}, []op{{"replace", "timezone", "Asia/Kolkata"}},
+			map[string]string{"timezone": "Asia/Kolkata"}},
 		{"reset all", map[string]string{"application_name": "a"},
 			[]op{{"set", "application_name", "b"}, {"set", "search_path", "s"}, {"resetAll", "", ""}},
 			map[string]string{"application_name": "a"}},
 		{"change after reset all", map[string]string{"application_name": "a"},
-			[]op{{"set", "search_path", "s"}, {"resetAll", "", ""}, {"reset", "application_name", ""}, {"set", "timezone", "UTC"}},
-			map[string]string{"timezone": "UTC"}},
+			[]op{{"set", "search_path", "s"}, {"resetAll", "", ""}, {"replace", "search_path", "t"}, {"set", "timezone", "UTC"}},
+			map[string]string{"search_path": "t", "timezone": "UTC"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			startup := maps.Clone(c.startup)
@@ -49,8 +47,8 @@ func TestClientParamsShareStartupUntilChanged(t *testing.T) {
 				switch o.kind {
 				case "set":
 					p.set(o.name, o.val)
-				case "reset":
-					p.reset(o.name)
+				case "replace":
+					p.replace(map[string]string{o.name: o.val})
 				case "resetAll":
 					p.resetAll()
 				}
