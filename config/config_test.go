@@ -78,10 +78,10 @@ func TestDefaults(t *testing.T) {
 		Users: []User{{Name: "app", Password: "pw"}},
 		Applications: []Application{{
 			Name: "api", User: "app", Database: "", PoolMode: "transaction",
-			MaxConnections: 4, MaxPinned: 1, AdvisoryLocks: "hold", SessionState: "pin",
+			MaxConnections: 4, MaxPinned: 1, AdvisoryLocks: "hold", SessionState: "pin", Listen: "shared",
 			WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1,
 		}},
-		Leases: Leases{Schema: "lockpool", MaxConnections: 2},
+		Leases: Leases{Schema: "lockpool", MaxConnections: 2}, Notifications: Notifications{MaxPending: 1 << 20},
 		Path:   "testdata/good/minimal.yaml",
 	}
 	diffConfig(t, c, want)
@@ -115,11 +115,11 @@ func TestFull(t *testing.T) {
 		Users: []User{{Name: "app", Password: "p@ss: w0rd #not-a-comment"}, {Name: "worker", Password: "w"}},
 		Applications: []Application{
 			{Name: "api", User: "app", Database: "appdb", PoolMode: "session", MaxConnections: 10, MaxPinned: 0,
-				AdvisoryLocks: "allow", SessionState: "allow", WaitTimeout: 100 * time.Millisecond, MaxPreparedStatements: 50, BudgetScope: "instance", MinShare: 1},
+				AdvisoryLocks: "allow", SessionState: "allow", Listen: "shared", WaitTimeout: 100 * time.Millisecond, MaxPreparedStatements: 50, BudgetScope: "instance", MinShare: 1},
 			{Name: "api-any", User: "app", PoolMode: "transaction", MaxConnections: 8, MaxPinned: 7,
-				AdvisoryLocks: "reject", SessionState: "reject", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1},
+				AdvisoryLocks: "reject", SessionState: "reject", Listen: "shared", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1},
 			{Name: "jobs", User: "worker", Database: "jobsdb", PoolMode: "transaction", MaxConnections: 4, MaxPinned: 1,
-				AdvisoryLocks: "hold", SessionState: "pin", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1},
+				AdvisoryLocks: "hold", SessionState: "pin", Listen: "shared", WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1},
 		},
 		Leases: Leases{Schema: "lp_leases", MaxConnections: 5},
 		Path:   "testdata/good/full.yaml",

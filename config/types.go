@@ -34,6 +34,7 @@ type Config struct {
 	Applications           []Application
 	Leases                 Leases
 	Locks                  Locks
+	Notifications          Notifications
 	Cluster                *Cluster   // cluster: nil when not configured
 	AuthQuery              *AuthQuery // auth_query: nil when not configured
 
@@ -78,6 +79,7 @@ type Application struct {
 	MaxPinned             int           // max_pinned (must be < MaxConnections)
 	AdvisoryLocks         string        // advisory_locks: pin | reject | allow | hold
 	SessionState          string        // session_state: pin | reject | allow
+	Listen                string        // listen: shared | pin | reject
 	WaitTimeout           time.Duration // wait_timeout
 	MaxPreparedStatements int           // max_prepared_statements: per server connection
 	MaxClients            int           // max_clients: logged-in clients of this application (0 = no limit)
@@ -111,6 +113,12 @@ func (c *Cluster) HeartbeatEvery() time.Duration {
 type Leases struct {
 	Schema         string // schema
 	MaxConnections int    // max_connections: lockpool's own lease connections, all databases together
+}
+
+// Notifications configures the delivery of notifications to clients of
+// listen: shared applications.
+type Notifications struct {
+	MaxPending int // max_pending: bytes queued for one client before it is closed (53200)
 }
 
 // Locks configures lockpool's own lock connections (advisory_locks: hold).
