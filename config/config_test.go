@@ -82,7 +82,7 @@ func TestDefaults(t *testing.T) {
 			WaitTimeout: 5 * time.Second, MaxPreparedStatements: 200, BudgetScope: "instance", MinShare: 1,
 		}},
 		Leases: Leases{Schema: "lockpool", MaxConnections: 2}, Notifications: Notifications{MaxPending: 1 << 20},
-		Path:   "testdata/good/minimal.yaml",
+		Path: "testdata/good/minimal.yaml",
 	}
 	diffConfig(t, c, want)
 }
