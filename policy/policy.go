@@ -18,6 +18,9 @@ const (
 	// locks for its clients on its own lock connections; statements it
 	// cannot answer itself fall back to Pin.
 	Hold
+	// Shared (listen only): lockpool answers LISTEN itself and delivers
+	// notifications from its own listener connection; nothing is pinned.
+	Shared
 )
 
 // ParseMode maps a config value to a Mode.
@@ -31,8 +34,10 @@ func ParseMode(s string) (Mode, error) {
 		return Allow, nil
 	case "hold":
 		return Hold, nil
+	case "shared":
+		return Shared, nil
 	}
-	return Pin, fmt.Errorf("policy: unknown mode %q (want pin, reject, allow or hold)", s)
+	return Pin, fmt.Errorf("policy: unknown mode %q (want pin, reject, allow, hold or shared)", s)
 }
 
 // String returns the config spelling of m.
@@ -44,6 +49,8 @@ func (m Mode) String() string {
 		return "allow"
 	case Hold:
 		return "hold"
+	case Shared:
+		return "shared"
 	}
 	return "pin"
 }
@@ -76,6 +83,10 @@ type Input struct {
 	// cursor, SQL PREPARE, SET ROLE, LOAD). StateKind names it.
 	State     bool
 	StateKind string
+	// Listen: the statement LISTENs, and the application's listen policy
+	// is Reject (under Pin the statement is State; under Shared lockpool
+	// answers it before any decision).
+	Listen bool
 	// StateEnd: the statement may end such state (UNLISTEN, DISCARD,
 	// DEALLOCATE, CLOSE, DROP TABLE, RESET ROLE, unlocks).
 	StateEnd bool
@@ -145,6 +156,9 @@ func Decide(in Input) Decision {
 			return Decision{Action: PinFirst, Reason: "advisory_lock"}
 		}
 	}
+	if in.Listen {
+		return Decision{Action: Refuse, Err: RejectListen(in.App)}
+	}
 	if in.State {
 		switch in.SessionState {
 		case Reject:
@@ -183,6 +197,13 @@ func RejectState(app, kind string) *pgerr.Error {
 	return pgerr.Newf(pgerr.FeatureNotSupported,
 		"Keep the state inside one transaction (SET LOCAL, ON COMMIT DROP temp tables, cursors without HOLD), or set session_state: pin for this application.",
 		"%s is not allowed for application %q: session state cannot follow a client across pooled connections", kind, app)
+}
+
+// RejectListen is the 0A000 error for LISTEN under listen: reject.
+func RejectListen(app string) *pgerr.Error {
+	return pgerr.Newf(pgerr.FeatureNotSupported,
+		"Set listen: shared for this application: lockpool then answers LISTEN itself and delivers notifications without pinning a server connection.",
+		"LISTEN is not allowed for application %q", app)
 }
 
 // PinTimeout is the 53300 error for a pin slot not free within wait_timeout.

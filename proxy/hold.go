@@ -114,40 +114,38 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// heldState is a session's held advisory locks.
-type heldState struct {
+// held is a session's held advisory locks: the hold kind's localHandler.
+type held struct {
 	locks   *advisory.Session // nil until the first held call
 	counted int               // holds counted in lockpool_advisory_locks_held
 }
 
-// heldLocks returns the session's held advisory locks, made at first use.
-func (s *session) heldLocks() (*advisory.Session, *pgError) {
+func heldClaims(_ *session, _ *rewrite.Findings, d policy.Decision) bool {
+	return d.Action == policy.Answer
+}
+
+func openHeld(*session) localHandler { return &held{} }
+
+// session returns the session's held advisory locks, made at first use.
+func (h *held) session(s *session) (*advisory.Session, *pgError) {
 	if s.srv.locks == nil {
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "Run lockpool with a lock manager.", "advisory_locks: hold is not available on this lockpool instance")
 	}
-	x := s.more()
-	if x.held.locks == nil {
-		x.held.locks = s.srv.locks.NewSession(s.database, func() {
+	if h.locks == nil {
+		h.locks = s.srv.locks.NewSession(s.database, func() {
 			s.kill(pgerr.ConnectionLost(true).Fatal())
 		})
-		x.held.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
+		h.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
 	}
-	return x.held.locks, nil
+	return h.locks, nil
 }
 
-// countHeld brings lockpool_advisory_locks_held up to date with n holds.
-func (s *session) countHeld(n int) {
-	x := s.extras
-	if x == nil {
-		if n == 0 {
-			return
-		}
-		x = s.more()
+// count brings lockpool_advisory_locks_held up to date with n holds.
+func (h *held) count(s *session, n int) {
+	if s.app.hold != nil && n != h.counted {
+		s.app.hold.held.Add(float64(n - h.counted))
 	}
-	if s.app.hold != nil && n != x.held.counted {
-		s.app.hold.held.Add(float64(n - x.held.counted))
-	}
-	x.held.counted = n
+	h.counted = n
 }
 
 // stopWait ends a wait in lockpool of a session that another goroutine
@@ -161,44 +159,26 @@ func (s *session) stopWait() {
 	}
 }
 
-// closeHeld releases the session's held locks when it ends.
-func (s *session) closeHeld() {
-	x := s.extras
-	if x == nil || x.held.locks == nil {
+// end releases the session's held locks when it ends.
+func (h *held) end(s *session) {
+	if h.locks == nil {
 		return
 	}
-	s.offload(x.held.locks.Close) // unlocks on the lock connections
-	s.countHeld(0)
-	x.held.locks = nil
+	s.offload(h.locks.Close) // unlocks on the lock connections
+	h.count(s, 0)
+	h.locks = nil
 }
 
-// onHeldQuery answers a simple-protocol held call in its place in the
-// client's reply order.
-func (s *session) onHeldQuery(f *rewrite.Findings) error {
-	if err := s.settle(); err != nil {
-		return err
-	}
-	if s.status() == 'E' {
-		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
-		return nil
-	}
-	if f.Hold.MaxParam > 0 {
-		return s.fail(pgerr.New("42P02", "there is no parameter $"+strconv.Itoa(f.Hold.MaxParam), ""), true)
-	}
-	buf, pe := s.runHeld(f.Hold, advisory.Params{}, nil, true)
-	if pe != nil {
-		if pe.IsFatal() {
-			return pe
+// prepare implements localHandler. A Parse gets the parameter types
+// PostgreSQL gives the key expressions; a simple Query takes no
+// parameters.
+func (h *held) prepare(s *session, f *rewrite.Findings, rest []byte) (localStmt, *pgError) {
+	if rest == nil {
+		if f.Hold.MaxParam > 0 {
+			return nil, pgerr.New("42P02", "there is no parameter $"+strconv.Itoa(f.Hold.MaxParam), "")
 		}
-		return s.fail(pe, true)
+		return &heldStmt{h: h, call: f.Hold}, nil
 	}
-	s.pushLocal(wire.AppendReadyForQuery(buf, s.status()), nil)
-	return nil
-}
-
-// onHeldParse handles Parse of a held call: answered by lockpool, with the
-// parameter types PostgreSQL gives the key expressions.
-func (s *session) onHeldParse(f *rewrite.Findings, name string, rest []byte) error {
 	var declared []uint32
 	_, tail, _ := wire.CString(rest)
 	if len(tail) >= 2 {
@@ -213,9 +193,9 @@ func (s *session) onHeldParse(f *rewrite.Findings, name string, rest []byte) err
 	if _, literal := advisory.LiteralKey(f.Hold.Args); !literal && f.Hold.Func != rewrite.AdvisoryUnlockAll || len(declared) > 0 {
 		// PostgreSQL parses the key expressions now, as it would the
 		// client's statement: types for Describe, errors at Parse.
-		hs, pe := s.heldLocks()
+		hs, pe := h.session(s)
 		if pe != nil {
-			return s.fail(pe, false)
+			return nil, pe
 		}
 		var err error
 		ctx := s.waitContext()
@@ -223,82 +203,52 @@ func (s *session) onHeldParse(f *rewrite.Findings, name string, rest []byte) err
 		s.endWait()
 		if err != nil {
 			pe, _ := pgerr.As(err)
-			if pe.IsFatal() {
-				return pe
-			}
-			return s.fail(pe, false)
+			return nil, pe
 		}
 	}
-	s.prepareVirtual(name, &virtStmt{hold: f.Hold, types: types})
-	return nil
+	return &heldStmt{h: h, call: f.Hold, types: types}, nil
 }
 
-// bindHeld handles Bind of a held call: the parameters are kept as sent,
-// for PostgreSQL to evaluate.
-func (s *session) bindHeld(vs *virtStmt, portal, tail []byte) error {
-	var a wire.BindArgs
-	if err := (wire.Bind{Tail: tail}).Args(&a); err != nil {
-		return err
+// heldStmt is a held advisory call, prepared.
+type heldStmt struct {
+	h     *held
+	call  *rewrite.AdvisoryCall
+	types []uint32 // parameter types PostgreSQL gave the key expressions
+}
+
+func (st *heldStmt) paramTypes() []uint32 { return append([]uint32(nil), st.types...) }
+
+func (st *heldStmt) describe(buf []byte, formats []int16) []byte {
+	sh, _ := shapeOf(st.call)
+	return appendRowDescription(buf, []leaseCol{{heldColName(st.call), sh.oid, sh.size}}, formats)
+}
+
+// bind keeps the parameters as sent, for PostgreSQL to evaluate.
+func (st *heldStmt) bind(_ *session, a *wire.BindArgs, types []uint32) (localPortal, *pgError) {
+	if a == nil {
+		return &heldPortal{st: st}, nil
 	}
-	if len(a.Params) != len(vs.types) {
-		return s.fail(pgerr.New(pgerr.ProtocolViolation, "bind message supplies "+strconv.Itoa(len(a.Params))+" parameters, but prepared statement \"\" requires "+strconv.Itoa(len(vs.types)), ""), false)
+	if len(a.Params) != len(types) {
+		return nil, pgerr.New(pgerr.ProtocolViolation, "bind message supplies "+strconv.Itoa(len(a.Params))+" parameters, but prepared statement \"\" requires "+strconv.Itoa(len(types)), "")
 	}
-	p := advisory.Params{Values: make([][]byte, len(a.Params)), OIDs: vs.types, Formats: make([]int16, len(a.Params))}
+	p := advisory.Params{Values: make([][]byte, len(a.Params)), OIDs: types, Formats: make([]int16, len(a.Params))}
 	for i, v := range a.Params {
 		if v != nil {
 			p.Values[i] = append([]byte{}, v...)
 		}
 		p.Formats[i] = a.ParamFormat(i)
 	}
-	x := s.more()
-	if x.vportals == nil {
-		x.vportals = make(map[string]*virtPortal)
-	}
-	x.vportals[string(portal)] = &virtPortal{vs: vs, held: p, formats: append([]int16(nil), a.ResultFormats...)}
-	s.pushLocal(msgBindComplete, nil)
-	return nil
+	return &heldPortal{st: st, params: p}, nil
 }
 
-// describeHeld answers Describe of a held statement or portal.
-func (s *session) describeHeld(vs *virtStmt, vp *virtPortal) error {
-	var buf []byte
-	var formats []int16
-	if vp == nil {
-		var start int
-		buf, start = wire.AppendHeader(buf, 't')
-		buf = binary.BigEndian.AppendUint16(buf, uint16(len(vs.types)))
-		for _, t := range vs.types {
-			buf = binary.BigEndian.AppendUint32(buf, t)
-		}
-		buf = wire.FinishMsg(buf, start)
-	} else {
-		vs, formats = vp.vs, vp.formats
-	}
-	sh, _ := shapeOf(vs.hold)
-	s.pushLocal(appendRowDescription(buf, []leaseCol{{heldColName(vs.hold), sh.oid, sh.size}}, formats), nil)
-	return nil
+// heldPortal is a bound held call.
+type heldPortal struct {
+	st     *heldStmt
+	params advisory.Params
 }
 
-// executeHeld runs a bound held call.
-func (s *session) executeHeld(vp *virtPortal) error {
-	if err := s.settle(); err != nil {
-		return err
-	}
-	if s.skipping {
-		return nil
-	}
-	if s.status() == 'E' {
-		return s.fail(errAborted(), false)
-	}
-	buf, pe := s.runHeld(vp.vs.hold, vp.held, vp.formats, false)
-	if pe != nil {
-		if pe.IsFatal() {
-			return pe
-		}
-		return s.fail(pe, false)
-	}
-	s.pushLocal(buf, nil)
-	return nil
+func (p *heldPortal) run(s *session, formats []int16, withDesc bool) ([]byte, *pgError) {
+	return p.st.h.run(s, p.st.call, p.params, formats, withDesc)
 }
 
 func heldColName(c *rewrite.AdvisoryCall) string {
@@ -308,11 +258,11 @@ func heldColName(c *rewrite.AdvisoryCall) string {
 	return c.Func.String()
 }
 
-// runHeld carries out a held call and encodes its result: RowDescription
+// run carries out a held call and encodes its result: RowDescription
 // (when withDesc), PostgreSQL's WARNING for an unlock of a key not held,
 // the row, CommandComplete.
-func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats []int16, withDesc bool) ([]byte, *pgError) {
-	hs, pe := s.heldLocks()
+func (h *held) run(s *session, call *rewrite.AdvisoryCall, p advisory.Params, formats []int16, withDesc bool) ([]byte, *pgError) {
+	hs, pe := h.session(s)
 	if pe != nil {
 		return nil, pe
 	}
@@ -361,7 +311,7 @@ func (s *session) runHeld(call *rewrite.AdvisoryCall, p advisory.Params, formats
 			s.app.hold.wait.Observe(time.Since(start).Seconds())
 		}
 	}
-	s.countHeld(hs.Held())
+	h.count(s, hs.Held())
 	if err != nil {
 		pe, _ := pgerr.As(err)
 		return nil, pe

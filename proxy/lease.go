@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/wire"
-
+	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -116,38 +115,45 @@ func leaseParamTypes(c *rewrite.LeaseCall) []uint32 {
 	return types
 }
 
-// virtStmt is a prepared lease call (extended protocol).
-type virtStmt struct {
-	call  *rewrite.LeaseCall
-	hold  *rewrite.AdvisoryCall // a held advisory call instead (hold.go)
-	types []uint32              // parameter types: the client's where given, else ours
+// leases is a session's lease calls: the lease kind's localHandler.
+type leases struct {
+	ls LeaseSession // nil until the first call runs
 }
 
-// virtPortal is a bound lease call.
-type virtPortal struct {
-	vs      *virtStmt
-	held    advisory.Params // a held call's parameters, as sent
-	params  []any           // string, float64, or nil
-	formats []int16
+func leaseClaims(_ *session, f *rewrite.Findings, _ policy.Decision) bool {
+	return f.Lease != nil || f.LeaseMention
 }
 
-func (s *session) leaseSession() (LeaseSession, *pgError) {
+func openLeases(*session) localHandler { return &leases{} }
+
+// session returns the session's leases, made at the first call.
+func (l *leases) session(s *session) (LeaseSession, *pgError) {
 	if s.srv.leases == nil {
 		return nil, errLeasesOff()
 	}
-	x := s.more()
-	if x.lease == nil {
-		x.lease = s.srv.leases.NewSession(s.database, uint64(s.pid))
+	if l.ls == nil {
+		l.ls = s.srv.leases.NewSession(s.database, uint64(s.pid))
 	}
-	return x.lease, nil
+	return l.ls, nil
 }
 
-// closeLeases releases the session's leases when it ends.
-func (s *session) closeLeases() {
-	if s.extras == nil || s.extras.lease == nil {
+// prepare implements localHandler.
+func (l *leases) prepare(s *session, f *rewrite.Findings, rest []byte) (localStmt, *pgError) {
+	if f.Lease == nil {
+		return nil, errLeaseWhole()
+	}
+	if rest != nil && s.srv.leases == nil {
+		return nil, errLeasesOff()
+	}
+	return &leaseStmt{l: l, call: f.Lease}, nil
+}
+
+// end releases the session's leases when it ends.
+func (l *leases) end(s *session) {
+	if l.ls == nil {
 		return
 	}
-	ls := s.extras.lease
+	ls := l.ls
 	s.offload(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -155,41 +161,79 @@ func (s *session) closeLeases() {
 	})
 }
 
-// onLeaseQuery answers a simple-protocol lease call, in its place in the
-// client's reply order.
-func (s *session) onLeaseQuery(f *rewrite.Findings, _ string) error {
-	if f.Lease == nil {
-		return s.fail(errLeaseWhole(), true)
+// readyNotices implements readyNoticer: a WARNING for each lease the
+// session lost since the last call.
+func (l *leases) readyNotices(_ *session, buf []byte) []byte {
+	if l.ls == nil {
+		return buf
 	}
-	if err := s.settle(); err != nil {
-		return err
-	}
-	status := s.status()
-	if status == 'E' {
-		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
-		return nil
-	}
-	args := make([]any, len(f.Lease.Args))
-	for i, a := range f.Lease.Args {
-		switch a.Kind {
-		case rewrite.ArgString, rewrite.ArgNumber:
-			args[i] = a.Text
-		case rewrite.ArgParam:
-			return s.fail(&pgError{Code: "08P01", Message: "lockpool: there is no parameter $" + strconv.Itoa(a.Param), Hint: "Parameters need the extended protocol."}, true)
-		}
-	}
-	buf, pe := s.execLease(f.Lease, args, nil, true)
-	if pe != nil {
-		return s.fail(pe, true)
-	}
-	s.pushLocal(wire.AppendReadyForQuery(buf, s.status()), nil)
-	return nil
+	return appendLeaseWarnings(buf, l.ls)
 }
 
-// execLease runs a lease call and encodes its result (RowDescription when
+// leaseStmt is a lease call, prepared.
+type leaseStmt struct {
+	l    *leases
+	call *rewrite.LeaseCall
+}
+
+func (st *leaseStmt) paramTypes() []uint32 { return leaseParamTypes(st.call) }
+
+func (st *leaseStmt) describe(buf []byte, formats []int16) []byte {
+	return appendRowDescription(buf, leaseCols(st.call), formats)
+}
+
+// bind takes the arguments by position: literals from the statement, $n
+// from Bind (a simple Query has none).
+func (st *leaseStmt) bind(_ *session, a *wire.BindArgs, types []uint32) (localPortal, *pgError) {
+	var params []any
+	if a != nil {
+		if len(a.Params) != len(types) {
+			return nil, &pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: bind message supplies %d parameters, but prepared statement requires %d", len(a.Params), len(types))}
+		}
+		params = make([]any, len(a.Params))
+		for i, v := range a.Params {
+			if v == nil {
+				continue
+			}
+			val, err := decodeParam(v, a.ParamFormat(i), types[i])
+			if err != nil {
+				return nil, &pgError{Code: "22P02", Message: "lockpool: invalid lease function argument: " + err.Error(), Hint: "Pass the lease name as text and seconds as numbers."}
+			}
+			params[i] = val
+		}
+	}
+	args := make([]any, len(st.call.Args))
+	for i, arg := range st.call.Args {
+		switch arg.Kind {
+		case rewrite.ArgString, rewrite.ArgNumber:
+			args[i] = arg.Text
+		case rewrite.ArgParam:
+			if a == nil {
+				return nil, &pgError{Code: "08P01", Message: "lockpool: there is no parameter $" + strconv.Itoa(arg.Param), Hint: "Parameters need the extended protocol."}
+			}
+			if arg.Param-1 < len(params) {
+				args[i] = params[arg.Param-1]
+			}
+		}
+	}
+	return &leasePortal{st: st, args: args}, nil
+}
+
+// leasePortal is a bound lease call.
+type leasePortal struct {
+	st   *leaseStmt
+	args []any // string, float64, or nil
+}
+
+func (p *leasePortal) run(s *session, formats []int16, withDesc bool) ([]byte, *pgError) {
+	return p.st.l.exec(s, p.st.call, p.args, formats, withDesc)
+}
+
+
+// exec runs a lease call and encodes its result (RowDescription when
 // withDesc, DataRows, CommandComplete), preceded by lost-lease warnings.
-func (s *session) execLease(call *rewrite.LeaseCall, args []any, formats []int16, withDesc bool) ([]byte, *pgError) {
-	ls, err := s.leaseSession()
+func (l *leases) exec(s *session, call *rewrite.LeaseCall, args []any, formats []int16, withDesc bool) ([]byte, *pgError) {
+	ls, err := l.session(s)
 	if err != nil {
 		return nil, err
 	}
@@ -385,92 +429,6 @@ func appendDataRow(buf []byte, cols []leaseCol, row []any, formats []int16) []by
 	return wire.FinishMsg(buf, start)
 }
 
-// onLeaseParse handles Parse of a lease call: answered by lockpool.
-func (s *session) onLeaseParse(f *rewrite.Findings, name string, rest []byte) error {
-	if f.Lease == nil {
-		return s.fail(errLeaseWhole(), false)
-	}
-	if s.srv.leases == nil {
-		return s.fail(errLeasesOff(), false)
-	}
-	vs := &virtStmt{call: f.Lease, types: leaseParamTypes(f.Lease)}
-	// The client's declared parameter types win where given.
-	_, tail, _ := wire.CString(rest)
-	if len(tail) >= 2 {
-		n := int(binary.BigEndian.Uint16(tail))
-		tail = tail[2:]
-		for i := 0; i < n && len(tail) >= 4; i++ {
-			oid := binary.BigEndian.Uint32(tail)
-			tail = tail[4:]
-			if oid != 0 && i < len(vs.types) {
-				vs.types[i] = oid
-			}
-		}
-	}
-	s.prepareVirtual(name, vs)
-	return nil
-}
-
-// prepareVirtual registers vs, a statement lockpool answers itself, under
-// name and owes the client its ParseComplete. Should an earlier error in
-// the batch skip that reply, the Parse never happened: the name goes back
-// to what it was.
-func (s *session) prepareVirtual(name string, vs *virtStmt) {
-	x := s.more()
-	if x.virt == nil {
-		x.virt = make(map[string]*virtStmt)
-	}
-	prev := x.virt[name]
-	x.virt[name] = vs
-	s.pushLocal(msgParseComplete, func() {
-		if prev != nil {
-			x.virt[name] = prev
-		} else {
-			delete(x.virt, name)
-		}
-	})
-}
-
-// forgetVirtual drops a virtual statement when the client reuses the name.
-func (s *session) forgetVirtual(name []byte) {
-	if s.extras != nil {
-		delete(s.extras.virt, string(name))
-	}
-}
-
-// bindVirtual handles Bind of a lease call.
-func (s *session) bindVirtual(vs *virtStmt, portal []byte, tail []byte) error {
-	if vs.hold != nil {
-		return s.bindHeld(vs, portal, tail)
-	}
-	var a wire.BindArgs
-	if err := (wire.Bind{Tail: tail}).Args(&a); err != nil {
-		return err
-	}
-	if len(a.Params) != len(vs.types) {
-		return s.fail(&pgError{Code: "08P01", Message: fmt.Sprintf("lockpool: bind message supplies %d parameters, but prepared statement requires %d", len(a.Params), len(vs.types))}, false)
-	}
-	params := make([]any, len(a.Params))
-	for i, v := range a.Params {
-		if v == nil {
-			continue
-		}
-		val, err := decodeParam(v, a.ParamFormat(i), vs.types[i])
-		if err != nil {
-			return s.fail(&pgError{Code: "22P02", Message: "lockpool: invalid lease function argument: " + err.Error(), Hint: "Pass the lease name as text and seconds as numbers."}, false)
-		}
-		params[i] = val
-	}
-	rf := append([]int16(nil), a.ResultFormats...)
-	x := s.more()
-	if x.vportals == nil {
-		x.vportals = make(map[string]*virtPortal)
-	}
-	x.vportals[string(portal)] = &virtPortal{vs: vs, params: params, formats: rf}
-	s.pushLocal(msgBindComplete, nil)
-	return nil
-}
-
 // decodeParam decodes one lease-call parameter.
 func decodeParam(v []byte, format int16, oid uint32) (any, error) {
 	if format == 0 {
@@ -533,62 +491,6 @@ func decodeNumeric(v []byte) (any, error) {
 		f = -f
 	}
 	return f, nil
-}
-
-// describeVirtual answers Describe of a lease statement or portal.
-func (s *session) describeVirtual(vs *virtStmt, vp *virtPortal) error {
-	if vs != nil && vs.hold != nil || vp != nil && vp.vs.hold != nil {
-		return s.describeHeld(vs, vp)
-	}
-	var buf []byte
-	if vp == nil {
-		buf, start := wire.AppendHeader(buf, 't')
-		buf = binary.BigEndian.AppendUint16(buf, uint16(len(vs.types)))
-		for _, t := range vs.types {
-			buf = binary.BigEndian.AppendUint32(buf, t)
-		}
-		buf = wire.FinishMsg(buf, start)
-		s.pushLocal(appendRowDescription(buf, leaseCols(vs.call), nil), nil)
-		return nil
-	}
-	s.pushLocal(appendRowDescription(buf, leaseCols(vp.vs.call), vp.formats), nil)
-	return nil
-}
-
-// executeVirtual runs a bound lease call.
-func (s *session) executeVirtual(vp *virtPortal) error {
-	if vp.vs.hold != nil {
-		return s.executeHeld(vp)
-	}
-	// The call runs only if everything before it in the batch succeeded,
-	// as PostgreSQL would run it.
-	if err := s.settle(); err != nil {
-		return err
-	}
-	if s.skipping {
-		return nil
-	}
-	if s.status() == 'E' {
-		return s.fail(errAborted(), false)
-	}
-	// Arguments by position: literals from the statement, $n from Bind.
-	args := make([]any, len(vp.vs.call.Args))
-	for i, a := range vp.vs.call.Args {
-		switch a.Kind {
-		case rewrite.ArgString, rewrite.ArgNumber:
-			args[i] = a.Text
-		case rewrite.ArgParam:
-			if a.Param-1 < len(vp.params) {
-				args[i] = vp.params[a.Param-1]
-			}
-		}
-	}
-	buf, pe := s.execLease(vp.vs.call, args, vp.formats, false)
-	if pe != nil {
-		return s.fail(pe, false)
-	}
-	s.pushLocal(buf, nil)
-	return nil
 }
 
 // appendLeaseWarnings appends a WARNING notice for each lease the session

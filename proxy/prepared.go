@@ -166,8 +166,13 @@ func (s *session) sendUnnamedParse(body []byte, begins bool) error {
 func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
 	nameS := string(name)
 	restCopy := append([]byte(nil), rest...)
-	if f.Lease != nil || f.LeaseMention {
-		return s.onLeaseParse(&f, nameS, restCopy)
+	// A refusal is decided at Parse. A statement that may take a session
+	// lock takes its pin slot now too, before Parse attaches a server
+	// connection, so that waiting for the slot never holds one; the probe
+	// after the Sync frees the slot again if nothing was taken.
+	d := s.decide(&f)
+	if h := s.claim(&f, d); h != nil {
+		return s.answerParse(h, &f, nameS, restCopy)
 	}
 	// An unnamed statement parsed first in a batch outside a transaction
 	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
@@ -178,15 +183,8 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		_, tail, _ := wire.CString(restCopy)
 		restCopy = append(wire.AppendCString(nil, q), tail...)
 	}
-	// A refusal is decided at Parse. A statement that may take a session
-	// lock takes its pin slot now too, before Parse attaches a server
-	// connection, so that waiting for the slot never holds one; the probe
-	// after the Sync frees the slot again if nothing was taken.
-	d := s.decide(&f)
 	s.noteFallback(d, string(query))
 	switch d.Action {
-	case policy.Answer:
-		return s.onHeldParse(&f, nameS, restCopy)
 	case policy.Refuse:
 		_, err := s.apply(d, &f, false)
 		return err
@@ -356,9 +354,8 @@ func (s *session) onBind(n int) error {
 	}
 	portal, name, tail := msg.Portal, msg.Stmt, msg.Tail
 	if x := s.extras; x != nil {
-		if vs := x.virt[string(name)]; vs != nil {
-			err := s.bindVirtual(vs, append([]byte(nil), portal...), append([]byte(nil), tail...))
-			return err
+		if e := x.virt[string(name)]; e != nil {
+			return s.bindLocal(e, append([]byte(nil), portal...), append([]byte(nil), tail...))
 		}
 		delete(x.vportals, string(portal))
 		delete(x.tagged, string(portal))
@@ -431,11 +428,11 @@ func (s *session) onDescribe(n int) error {
 	kind, name := d.Kind, d.Name
 	if x := s.extras; x != nil {
 		if kind == 'S' {
-			if vs := x.virt[string(name)]; vs != nil {
-				return s.describeVirtual(vs, nil)
+			if e := x.virt[string(name)]; e != nil {
+				return s.describeLocal(e, nil)
 			}
-		} else if vp := x.vportals[string(name)]; vp != nil {
-			return s.describeVirtual(nil, vp)
+		} else if p := x.vportals[string(name)]; p != nil {
+			return s.describeLocal(nil, p)
 		}
 	}
 	rk := replyDescribePortal
@@ -523,8 +520,8 @@ func (s *session) onExecute(n int) error {
 		return err
 	}
 	if x := s.extras; x != nil {
-		if vp := x.vportals[string(e.Portal)]; vp != nil {
-			return s.executeVirtual(vp)
+		if p := x.vportals[string(e.Portal)]; p != nil {
+			return s.executeLocal(p)
 		}
 	}
 	if err := s.toServer(replyExecute, opPass); err != nil {

@@ -457,8 +457,8 @@ func (s *session) safePoint() error {
 			return err
 		}
 	}
-	if s.txStatus == 'I' && s.extras != nil && s.extras.lease != nil {
-		s.insertLeaseWarnings()
+	if s.txStatus == 'I' && s.extras != nil {
+		s.insertReadyNotices()
 	}
 	if s.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
 		s.served.Store(true) // a Handoff closes this client at its next idle point (session.drain)
@@ -488,13 +488,19 @@ func (s *session) release() {
 	}
 }
 
-// insertLeaseWarnings puts warnings about leases the session lost before
-// the ReadyForQuery that ends the reply.
-func (s *session) insertLeaseWarnings() {
+// insertReadyNotices puts the notices of the session's local handlers
+// (readyNoticer: leases the session lost) before the ReadyForQuery that
+// ends the reply.
+func (s *session) insertReadyNotices() {
 	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
 		return
 	}
-	w := appendLeaseWarnings(nil, s.extras.lease)
+	var w []byte
+	for _, h := range s.extras.local {
+		if n, ok := h.(readyNoticer); ok {
+			w = n.readyNotices(s, w)
+		}
+	}
 	if len(w) == 0 {
 		return
 	}

@@ -38,13 +38,12 @@ type stmt struct {
 // It is made at first use (session.more), so an idle client carries one
 // pointer for all of it; the session stays in a smaller size class.
 type sessionExtras struct {
-	held      heldState              // held advisory locks (advisory_locks: hold)
-	lease     LeaseSession           // lease calls; nil until the first
-	virt      map[string]*virtStmt   // statements lockpool answers itself (lease and held-lock calls)
-	vportals  map[string]*virtPortal // their portals
-	setNames  []string               // parameters changed with SET: read back at the next idle point
-	tagged    map[string]string      // portal -> command tag its Execute reports (portalTag); nil: none
-	staleStmt *stmt                  // a check found this client statement's result type changed
+	local     [numLocalKinds]localHandler  // per-session state of each kind of statement lockpool answers itself (handler.go)
+	virt      map[string]*localStmtEntry   // the client's statements lockpool answers itself
+	vportals  map[string]*localPortalEntry // their portals
+	setNames  []string                     // parameters changed with SET: read back at the next idle point
+	tagged    map[string]string            // portal -> command tag its Execute reports (portalTag); nil: none
+	staleStmt *stmt                        // a check found this client statement's result type changed
 }
 
 // more returns the session's extras, made at the first call.
@@ -1022,18 +1021,15 @@ func (s *session) onQuery(n int) error {
 		return nil
 	}
 	sql := string(q.SQL)
-	if f.Lease != nil || f.LeaseMention {
-		return s.onLeaseQuery(&f, sql)
+	d := s.decide(&f)
+	if h := s.claim(&f, d); h != nil {
+		return s.answerQuery(h, &f)
 	}
 	if changesSchema([]byte(sql)) {
 		s.srv.stmts.retire()
 	}
 	if deallocates(&f) && s.deallocate(&f, true) {
 		return nil
-	}
-	d := s.decide(&f)
-	if d.Action == policy.Answer {
-		return s.onHeldQuery(&f)
 	}
 	s.noteFallback(d, sql)
 	ok, err := s.apply(d, &f, true)
@@ -1202,7 +1198,6 @@ func (s *session) cleanup() {
 	s.setPinned(false, "")
 	s.slot.Release()
 	s.slot, s.wantSlot = nil, false
-	s.closeLeases()
-	s.closeHeld()
+	s.endHandlers()
 	s.out.end(nil, nil)
 }
