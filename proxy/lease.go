@@ -229,7 +229,6 @@ func (p *leasePortal) run(s *session, formats []int16, withDesc bool) ([]byte, *
 	return p.st.l.exec(s, p.st.call, p.args, formats, withDesc)
 }
 
-
 // exec runs a lease call and encodes its result (RowDescription when
 // withDesc, DataRows, CommandComplete), preceded by lost-lease warnings.
 func (l *leases) exec(s *session, call *rewrite.LeaseCall, args []any, formats []int16, withDesc bool) ([]byte, *pgError) {
