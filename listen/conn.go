@@ -105,6 +105,10 @@ func (d *database) run(c *conn) {
 	d.hub.m.conns.Dec()
 }
 
+// minConnectTimeout bounds the login of a listener connection when its
+// configuration sets no connect_timeout (nor a longer PingInterval).
+const minConnectTimeout = 10 * time.Second
+
 // connect opens the listener connection of c.
 func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 	h := d.hub
@@ -119,6 +123,9 @@ func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 		return nil, errors.New("listen: ConnConfig returned no configuration")
 	}
 	cfg := cc.Config.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
 	cfg.RuntimeParams["application_name"] = ApplicationName
 	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { d.deliver(c, n) }
 	// A cancelled wait must only interrupt the read (a deadline), never
@@ -130,7 +137,7 @@ func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 		return !strings.EqualFold(pe.Severity, "FATAL") && !strings.EqualFold(pe.Severity, "PANIC")
 	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = h.pingInterval
+		cfg.ConnectTimeout = max(h.pingInterval, minConnectTimeout)
 	}
 	pgc, err := pgconn.ConnectConfig(c.ctx, cfg)
 	if err != nil {

@@ -192,7 +192,7 @@ func TestPingTimeout(t *testing.T) {
 // TestPingKeepsConnection: an idle listener pings every PingInterval and
 // stays.
 func TestPingKeepsConnection(t *testing.T) {
-	h, _ := newHub(t, func(cfg *Config) { cfg.PingInterval = 50 * time.Millisecond })
+	h, _ := newHub(t, func(cfg *Config) { cfg.PingInterval = 100 * time.Millisecond })
 	cmds := newCommandLog(h)
 	ctx := testCtx(t)
 	r := newRecorder("r")
