@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
@@ -109,6 +110,30 @@ func (d *database) run(c *conn) {
 // configuration sets no connect_timeout (nor a longer PingInterval).
 const minConnectTimeout = 10 * time.Second
 
+// listenerConfig returns the pgconn configuration of a listener connection:
+// cc's, with lockpool's application_name and onNotification, a context
+// watcher that interrupts a wait by a read deadline only (never a
+// CancelRequest, which could hit the next command), FATAL errors closing
+// the connection, and a connect timeout when cc sets none.
+func listenerConfig(cc *pgx.ConnConfig, ping time.Duration, onNotification pgconn.NotificationHandler) *pgconn.Config {
+	cfg := cc.Config.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = ApplicationName
+	cfg.OnNotification = onNotification
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+	cfg.OnPgError = func(_ *pgconn.PgConn, pe *pgconn.PgError) bool {
+		return !strings.EqualFold(pe.Severity, "FATAL") && !strings.EqualFold(pe.Severity, "PANIC")
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = max(ping, minConnectTimeout)
+	}
+	return cfg
+}
+
 // connect opens the listener connection of c.
 func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 	h := d.hub
@@ -122,23 +147,7 @@ func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 	if cc == nil {
 		return nil, errors.New("listen: ConnConfig returned no configuration")
 	}
-	cfg := cc.Config.Copy()
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["application_name"] = ApplicationName
-	cfg.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) { d.deliver(c, n) }
-	// A cancelled wait must only interrupt the read (a deadline), never
-	// send a CancelRequest that could hit the next command.
-	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
-	}
-	cfg.OnPgError = func(_ *pgconn.PgConn, pe *pgconn.PgError) bool {
-		return !strings.EqualFold(pe.Severity, "FATAL") && !strings.EqualFold(pe.Severity, "PANIC")
-	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = max(h.pingInterval, minConnectTimeout)
-	}
+	cfg := listenerConfig(cc, h.pingInterval, func(_ *pgconn.PgConn, n *pgconn.Notification) { d.deliver(c, n) })
 	pgc, err := pgconn.ConnectConfig(c.ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -208,10 +208,9 @@ func TestUnlisten(t *testing.T) {
 	}
 	cmds.waitFor(t, ctx, from, `appdb: UNLISTEN "x"`)
 	cmds.waitFor(t, ctx, from, `appdb: UNLISTEN "y"`)
-	eventually(t, 5*time.Second, "listener without channels", func() bool {
-		s := h.Servers()
-		return len(s) == 1 && s[0].Channels == 0
-	})
+	if s := h.Servers(); len(s) != 1 || s[0].Channels != 0 || s[0].State != "listening" {
+		t.Fatalf("Servers() = %+v after the UNLISTENs, want one listener on no channel", s)
+	}
 
 	// Listening again works.
 	mustListen(t, h, appDB, "x", a)
