@@ -19,6 +19,7 @@ import (
 func stPinApp(name string) appYAML {
 	a := defaultApp()
 	a.name, a.max, a.pinned, a.state, a.wait = name, 3, 1, "pin", "10s"
+	a.extra = "    listen: pin\n" // LISTEN as session state (listen: shared answers it without a pin)
 	return a
 }
 

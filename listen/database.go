@@ -321,12 +321,16 @@ func (d *database) deliver(c *conn, n *pgconn.Notification) {
 	if ch == nil {
 		return
 	}
+	pid := n.PID
+	if k, ok := owner.(KeyPIDer); ok {
+		pid = k.KeyPID() // sent by a client of the proxy: every subscriber sees its pid
+	}
 	var count uint64
 	for sub, s := range ch.subs {
 		if !s.active {
 			continue
 		}
-		sub.Notify(Notification{Channel: n.Channel, Payload: n.Payload, PID: n.PID, Own: owner != nil && sub == owner})
+		sub.Notify(Notification{Channel: n.Channel, Payload: n.Payload, PID: pid, Own: owner != nil && sub == owner})
 		count++
 	}
 	if count > 0 {

@@ -69,6 +69,13 @@ type Subscriber interface {
 	Lost(err error)
 }
 
+// KeyPIDer is a Subscriber with a pid of its own: the key pid the proxy
+// gave its client. A notification an expectation of it matched (Expect)
+// carries that pid to every subscriber, not the server backend's.
+type KeyPIDer interface {
+	KeyPID() uint32
+}
+
 // Config configures a Hub.
 type Config struct {
 	ConnConfig   func(database string) (*pgx.ConnConfig, error) // how to log in to a database (pgx v5); the hub sets application_name
@@ -344,6 +351,42 @@ func (h *Hub) Expect(database string, serverPID uint32, sub Subscriber, channel,
 	now := h.now()
 	d.pruneLocked(now)
 	d.expects[serverPID] = append(d.expects[serverPID], &expectation{sub: sub, channel: channel, payload: payload, any: anyPayload, at: now})
+}
+
+// Withdraw drops the latest unmatched expectation of sub for serverPID
+// with exactly these channel, payload and anyPayload (its transaction
+// rolled back); expectations of sub's earlier, committed transactions stay.
+func (h *Hub) Withdraw(database string, serverPID uint32, sub Subscriber, channel, payload string, anyPayload bool) {
+	d, _ := h.database(database, false)
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	list := d.expects[serverPID]
+	for i := len(list) - 1; i >= 0; i-- {
+		if e := list[i]; e.sub == sub && e.channel == channel && e.payload == payload && e.any == anyPayload {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(d.expects, serverPID)
+	} else {
+		d.expects[serverPID] = list
+	}
+}
+
+// Listening reports whether database has a listener connection with
+// channels: only then can a notification sent there reach a subscriber.
+func (h *Hub) Listening(database string) bool {
+	d, _ := h.database(database, false)
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.channels) > 0
 }
 
 // Forget drops sub's unmatched expectations for serverPID in database.

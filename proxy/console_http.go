@@ -8,14 +8,18 @@ import (
 )
 
 // handleViews serves every admin view but SHOW LOCKS (which is
-// /debug/locks) as JSON under /debug/<name>, behind admin_token like the
-// rest of /debug.
+// /debug/locks) as JSON under /debug/<name> (SHOW LISTENERS as
+// /debug/listen), behind admin_token like the rest of /debug.
 func (s *Server) handleViews(mux *http.ServeMux) {
 	for _, v := range s.adminViews() {
 		if v.name == "LOCKS" {
 			continue
 		}
-		mux.HandleFunc("/debug/"+strings.ToLower(v.name), s.guard(func(w http.ResponseWriter, r *http.Request) {
+		path := "/debug/" + strings.ToLower(v.name)
+		if v.name == "LISTENERS" {
+			path = "/debug/listen"
+		}
+		mux.HandleFunc(path, s.guard(func(w http.ResponseWriter, r *http.Request) {
 			ctx, cancel := context.WithTimeout(r.Context(), consoleQueryTimeout)
 			defer cancel()
 			rows, err := v.rows(ctx)

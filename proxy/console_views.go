@@ -35,6 +35,7 @@ func (s *Server) adminViews() []adminView {
 		{"PINS", func(ctx context.Context) (any, error) { return s.pinRows(ctx), nil }},
 		{"LOCKS", func(ctx context.Context) (any, error) { return s.lockRows(ctx) }},
 		{"LEASES", func(context.Context) (any, error) { return s.leaseRows(), nil }},
+		{"LISTENERS", func(context.Context) (any, error) { return s.listenerRows(), nil }},
 		{"STATS", func(context.Context) (any, error) { return s.statsRows(), nil }},
 		{"CLUSTER", func(context.Context) (any, error) { return s.clusterRows(), nil }},
 		{"CONFIG", func(context.Context) (any, error) { return s.Config().Settings(), nil }},
@@ -304,6 +305,28 @@ func (s *Server) serverRows() []ServerRow {
 		since := ic.IdleSince
 		out = append(out, ServerRow{BackendPID: ic.PID, Application: ic.App, User: ic.User, Database: ic.Database,
 			State: "idle", ClientAddr: ic.LastClient, ConnectTime: ic.Created, IdleSince: &since})
+	}
+	for _, l := range s.hub.Servers() {
+		out = append(out, ServerRow{BackendPID: l.PID, Application: "lockpool listener", Database: l.Database,
+			State: "listener " + l.State, ConnectTime: l.Since})
+	}
+	return out
+}
+
+// ListenerRow is one line of SHOW LISTENERS and /debug/listen: a channel
+// lockpool's listener connection of a database listens on for its clients
+// (listen: shared).
+type ListenerRow struct {
+	Database string `json:"database"`
+	Channel  string `json:"channel"`
+	Clients  int    `json:"clients"`
+}
+
+// listenerRows gathers SHOW LISTENERS.
+func (s *Server) listenerRows() []ListenerRow {
+	out := []ListenerRow{}
+	for _, c := range s.hub.Channels() {
+		out = append(out, ListenerRow{Database: c.Database, Channel: c.Channel, Clients: c.Clients})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -80,48 +81,48 @@ func (s *session) defaultsStatement(c rewrite.SetCmd) string {
 	return "DO " + tag + "BEGIN " + body.String() + "END" + tag
 }
 
-// rewriteDefaults returns sql with each RESET-like statement that
-// rewritesDefault names replaced (defaultsStatement), and the command tags
-// the client must see for them; sql itself and nil when there is none.
-// alone says that sql runs by itself outside a transaction block: a SET
-// LOCAL … TO DEFAULT of a list setting is then sent as it is, since it
-// changes nothing there and PostgreSQL's warning about it is what the
-// client must get (set_config in a DO block would not warn).
-func (s *session) rewriteDefaults(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
+// defaultsEdits are the edits that replace each RESET-like statement that
+// rewritesDefault names (defaultsStatement), with the command tags the
+// client must see for them. alone says that sql runs by itself outside a
+// transaction block: a SET LOCAL … TO DEFAULT of a list setting is then
+// sent as it is, since it changes nothing there and PostgreSQL's warning
+// about it is what the client must get (set_config in a DO block would not
+// warn).
+func (s *session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
 	if len(s.params.startup) == 0 {
-		return sql, nil
+		return nil
 	}
-	var b strings.Builder
-	var tags *tagFixes
-	last := 0
+	var edits []sqlEdit
 	for _, c := range f.Sets {
-		if !s.rewritesDefault(c) || c.Pos < last || c.End > len(sql) || alone && c.Local && listQuoted[c.Name] {
+		if !s.rewritesDefault(c) || alone && c.Local && listQuoted[c.Name] {
 			continue
 		}
-		if tags == nil {
-			tags = new(tagFixes)
-		}
-		b.WriteString(sql[last:c.Pos])
-		b.WriteString(s.defaultsStatement(c))
-		last = c.End
-		tags.fixes = append(tags.fixes, tagFix{stmt: c.Stmt, tag: c.Tag})
+		edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: s.defaultsStatement(c), fix: tagFix{stmt: c.Stmt, tag: c.Tag}})
 	}
-	if tags == nil {
-		return sql, nil
-	}
-	b.WriteString(sql[last:])
-	return b.String(), tags
+	return edits
 }
 
-// rewriteDefaultsParse is rewriteDefaults for a Parse's query and types
-// (rest, as on the wire); it returns rest itself when nothing changes.
-func (s *session) rewriteDefaultsParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
+// rewriteStatements returns sql as lockpool sends it (defaultsEdits,
+// listenEdits) and the command tags it corrects; sql itself and nil when
+// nothing changes.
+func (s *session) rewriteStatements(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
+	edits := s.defaultsEdits(f, alone)
+	edits = append(edits, s.listenEdits(f, sql)...)
+	if len(edits) == 0 {
+		return sql, nil
+	}
+	return applyEdits(sql, edits)
+}
+
+// rewriteParse is rewriteStatements for a Parse's query and types (rest,
+// as on the wire); it returns rest itself when nothing changes.
+func (s *session) rewriteParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	query, tail, ok := wire.CString(rest)
-	if !ok || len(f.Sets) == 0 {
+	if !ok || len(f.Sets) == 0 && len(f.ChannelsCalls) == 0 {
 		return rest
 	}
-	sql, tags := s.rewriteDefaults(string(query), f, alone)
-	if tags == nil {
+	sql, _ := s.rewriteStatements(string(query), f, alone)
+	if sql == string(query) {
 		return rest
 	}
 	return append(wire.AppendCString(nil, sql), tail...)
@@ -144,8 +145,9 @@ func (s *session) portalTag(f *rewrite.Findings) string {
 // tagFix is one command tag lockpool corrects: that of the stmt-th
 // CommandComplete of the reply (1-based).
 type tagFix struct {
-	stmt int
-	tag  string
+	stmt   int
+	tag    string
+	listen *listenOp // a LISTEN or UNLISTEN sent as UNLISTEN * (listen.go): noted when it completes
 }
 
 // tagFixes are the command tags lockpool corrects in one reply (a Query's
@@ -155,14 +157,49 @@ type tagFixes struct {
 	seen  int
 }
 
-// next takes the body of the reply's next CommandComplete and returns the
-// body to relay.
-func (t *tagFixes) next(body []byte) []byte {
+// next takes the reply's next CommandComplete and returns its fix, nil
+// when the server's tag stands.
+func (t *tagFixes) next() *tagFix {
 	t.seen++
-	for _, f := range t.fixes {
-		if f.stmt == t.seen {
-			return append([]byte(f.tag), 0)
+	for i := range t.fixes {
+		if t.fixes[i].stmt == t.seen {
+			return &t.fixes[i]
 		}
 	}
-	return body
+	return nil
+}
+
+// sqlEdit replaces sql[pos:end] with text; fix, when its stmt is set, is
+// the command tag the client must see for that statement.
+type sqlEdit struct {
+	pos, end int
+	text     string
+	fix      tagFix
+}
+
+// applyEdits applies edits (any order, not overlapping) to sql.
+func applyEdits(sql string, edits []sqlEdit) (string, *tagFixes) {
+	if len(edits) == 0 {
+		return sql, nil
+	}
+	slices.SortFunc(edits, func(a, b sqlEdit) int { return a.pos - b.pos })
+	var b strings.Builder
+	var tags *tagFixes
+	last := 0
+	for _, e := range edits {
+		if e.pos < last || e.end > len(sql) {
+			continue
+		}
+		b.WriteString(sql[last:e.pos])
+		b.WriteString(e.text)
+		last = e.end
+		if e.fix.stmt > 0 {
+			if tags == nil {
+				tags = new(tagFixes)
+			}
+			tags.fixes = append(tags.fixes, e.fix)
+		}
+	}
+	b.WriteString(sql[last:])
+	return b.String(), tags
 }

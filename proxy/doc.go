@@ -36,7 +36,10 @@
 //
 // Other goroutines reach a session only through its loop: kill posts an
 // interrupt, which ends the coroutine's current socket wait with the FATAL
-// (or wakes a resting session to say it). While a pinned (or session-mode)
+// (or wakes a resting session to say it). The listener hub (package
+// listen) queues a listening client's notifications in its inbox (the
+// inbox's own lock) and posts a wake: a resting session is resumed and
+// writes them at its idle point, an idle pinned one's wait is interrupted. While a pinned (or session-mode)
 // client is idle, its coroutine waits on both sockets at once (watchIdle),
 // relaying notifications and noticing the server's death.
 //
@@ -93,12 +96,20 @@
 //     or forward. An unnamed Parse with the same bytes as one of the last
 //     eight that had nothing found is forwarded without looking again
 //     (session.plainParses).
+//     A statement lockpool answers itself is claimed by one of the local
+//     kinds (handler.go: lease calls in lease.go, advisory calls held under
+//     advisory_locks: hold in hold.go, LISTEN, UNLISTEN and
+//     pg_listening_channels() under listen: shared in listen.go): the kind
+//     prepares it, and the core binds, describes and runs it in the
+//     client's protocol, in its place in the reply order. A new kind is a
+//     new entry of localKinds and touches no other file of the core.
 //  2. toServer attaches a connection if the session has none, and pushes
 //     the reply the message owes onto the reply queue (replies.go); the
-//     message is appended to sout. Replies lockpool makes itself (lease
-//     calls, advisory calls held under advisory_locks: hold (hold.go),
-//     lazily answered Parse, Close, its own errors) are pushed as local
-//     entries in the same queue.
+//     message is appended to sout, rewritten where lockpool must
+//     (rewriteStatements: resets to startup values, LISTEN among other
+//     statements, lease_fence). Replies lockpool makes itself (the local
+//     kinds, lazily answered Parse, Close, its own errors) are pushed as
+//     local entries in the same queue.
 //  3. When the client has nothing more buffered, flushBatch writes sout in
 //     one write and pump relays the server's replies, popping the queue:
 //     each entry knows the message that completes it. A local entry is

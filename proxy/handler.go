@@ -60,6 +60,24 @@ type readyNoticer interface {
 	readyNotices(s *session, buf []byte) []byte
 }
 
+// idleSender is a localHandler with messages for a client that is idle
+// outside a transaction block with nothing owed (notifications).
+type idleSender interface {
+	idleMessages(s *session, buf []byte) []byte
+}
+
+// sendIdle writes what the local handlers have for an idle client.
+func (s *session) sendIdle() {
+	if s.extras == nil || s.q.len() > 0 || s.status() != 'I' || s.unsynced || s.copyIn {
+		return
+	}
+	for _, h := range s.extras.local {
+		if i, ok := h.(idleSender); ok {
+			s.cout = i.idleMessages(s, s.cout)
+		}
+	}
+}
+
 // localKind is one kind of statement lockpool answers itself.
 type localKind struct {
 	name string

@@ -176,7 +176,7 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	}
 	// An unnamed statement parsed first in a batch outside a transaction
 	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
-	restCopy = s.rewriteDefaultsParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
+	restCopy = s.rewriteParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
 	if f.LeaseFence && s.srv.leases != nil {
 		query, _, _ := wire.CString(restCopy)
 		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
@@ -399,6 +399,7 @@ func (s *session) onBind(n int) error {
 		if s.skipping {
 			return nil
 		}
+		s.expectNotifies(f, tail)
 		s.expect(reply{kind: replyBind})
 		// body aliases the read buffer; nothing read the client since.
 		s.sout = wire.AppendFrame(s.sout, 'B', body)
@@ -410,6 +411,7 @@ func (s *session) onBind(n int) error {
 	if s.skipping {
 		return nil
 	}
+	s.expectNotifies(f, tail)
 	s.expect(reply{kind: replyBind, srv: st.srvName})
 	s.sout = wire.AppendBind(s.sout, portal, st.srvName, tail)
 	return nil

@@ -159,6 +159,9 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 		if endsConnection(body) {
 			s.sawFatal = true
 		}
+		if l := s.listeningOf(); l != nil {
+			l.failed = true
+		}
 		switch f.kind {
 		case replyQuery, replySync:
 			// Part of the boundary's reply (an error in a simple query, a
@@ -266,8 +269,16 @@ func (s *session) onCommandComplete(f *reply, body *[]byte) {
 		s.forgetPrepared()
 		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
 	}
+	if l := s.listeningOf(); l != nil {
+		l.commandDone(s, *body)
+	}
 	if f.tags != nil {
-		*body = f.tags.next(*body)
+		if fix := f.tags.next(); fix != nil {
+			*body = append([]byte(fix.tag), 0)
+			if fix.listen != nil {
+				s.handler(kindListen).(*listening).note(*fix.listen)
+			}
+		}
 	}
 }
 
@@ -386,6 +397,14 @@ func (s *session) onReady(body []byte) error {
 	}
 	s.txStatus = body[0]
 	s.app.stats.ready(s.txStatus)
+	if l := s.listeningOf(); l != nil {
+		if err := l.ready(s, s.txStatus, false); err != nil {
+			return err
+		}
+		if s.txStatus == 'I' {
+			s.cout = l.inbox.take(s.cout) // as PostgreSQL, before the ReadyForQuery
+		}
+	}
 	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
 	s.emitFront()
 	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
@@ -621,7 +640,16 @@ func (s *session) watchIdle() error {
 	}
 	for {
 		if sc.Reader.Buffered() == 0 {
+			s.watching = true
 			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
+			s.watching = false
+			if errors.Is(err, errDeliver) {
+				s.sendIdle()
+				if err := s.flushClient(); err != nil {
+					return err
+				}
+				continue
+			}
 			if err != nil {
 				return err
 			}

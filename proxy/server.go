@@ -23,6 +23,7 @@ import (
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 )
@@ -47,6 +48,7 @@ type appState struct {
 	cfg           config.Application
 	advisory      policy.Mode
 	sessionState  policy.Mode
+	listen        policy.Mode // Shared, Pin or Reject
 	sessionPool   bool
 	clients       prometheus.Gauge
 	pins          prometheus.Counter
@@ -75,6 +77,7 @@ type Server struct {
 	pool    *pool.Manager
 	leases  LeaseStore
 	locks   *advisory.Manager // advisory_locks: hold
+	hub     *listen.Hub       // listen: shared (listen.go)
 	metrics *metrics
 	tlsConf *tls.Config
 	health  healthProbe
@@ -167,7 +170,9 @@ func New(opts Options) (*Server, error) {
 		pm.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
+	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config), Logger: logger, Registerer: opts.Registerer})
 	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
+		s.hub.Close()
 		pm.Close()
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
@@ -270,7 +275,14 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		as := &appState{cfg: a, advisory: adv, sessionState: st, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
+		lm, err := policy.ParseMode(a.Listen)
+		if err != nil {
+			return nil, err
+		}
+		if a.Listen == "" {
+			lm = policy.Shared
+		}
+		as := &appState{cfg: a, advisory: adv, sessionState: st, listen: lm, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
 		if old != nil {
 			if prev := old.apps[a.Name]; prev != nil {
 				as.clientCount = prev.clientCount // logged-in clients stay counted across a reload
@@ -508,6 +520,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.leases.Close()
 	}
 	s.locks.Close()
+	s.hub.Close()
 	s.pool.Close()
 	s.stopCluster()
 	s.mu.Lock()

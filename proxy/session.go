@@ -98,6 +98,7 @@ type session struct {
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
 	skipping   bool       // discarding client messages until Sync after an error
+	watching   bool       // waiting in watchIdle: notifications to write interrupt the wait (listen.go)
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
 	// only lockpool knows, until ROLLBACK.
@@ -260,6 +261,7 @@ func (s *session) turn() (ended bool) {
 	s.idleTx = cfg.IdleTransactionTimeout
 	for {
 		if s.r.Buffered() == 0 {
+			s.sendIdle()
 			if err := s.flushBatch(); err != nil {
 				s.end(err)
 				return true
@@ -1008,6 +1010,9 @@ func (s *session) onQuery(n int) error {
 		return err
 	}
 	f, mayHit := analyze(q.SQL)
+	if s.extras != nil {
+		s.beforeCommit(q.SQL)
+	}
 	if !f.Hit() {
 		if mayHit && changesSchema(q.SQL) {
 			s.srv.stmts.retire()
@@ -1036,15 +1041,19 @@ func (s *session) onQuery(n int) error {
 	if !ok || err != nil {
 		return err
 	}
-	sql, tags := s.rewriteDefaults(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
+	sql, tags := s.rewriteStatements(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
 	if f.LeaseFence && s.srv.leases != nil {
 		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
 	}
 	s.trackSets(&f)
+	if tags != nil && len(f.State) > 0 {
+		s.beforeImplicitCommit(&f)
+	}
 	if err := s.toServer(replyQuery, opPass); err != nil {
 		return s.attachFailed(err, true, txCommandOf([]byte(sql)) == txBegin)
 	}
 	s.q.back().tags = tags
+	s.expectNotifies(&f, nil)
 	s.sout = wire.AppendQuery(s.sout, sql)
 	return nil
 }
@@ -1054,6 +1063,7 @@ func (s *session) onSync(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
+	failed := s.skipping
 	s.skipping = false
 	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.pinned {
 		// Nothing ran on a server: nothing can be held.
@@ -1062,8 +1072,16 @@ func (s *session) onSync(n int) error {
 	}
 	if s.link.sc == nil {
 		s.unsynced = false
+		if l := s.listeningOf(); l != nil {
+			if err := l.ready(s, s.status(), failed); err != nil {
+				return err
+			}
+		}
 		s.pushLocal(wire.AppendReadyForQuery(nil, s.status()), nil)
 		return nil
+	}
+	if s.extras != nil {
+		s.beforeImplicitCommit(nil)
 	}
 	if err := s.toServer(replySync, opPass); err != nil {
 		return s.attachFailed(err, false, false)
