@@ -128,6 +128,15 @@ func (l *listening) has(channel string) bool {
 // apply carries out op now: a LISTEN returns once the listener listens.
 func (l *listening) apply(s *session, op listenOp) *pgError {
 	hub := s.srv.hub
+	if op.unlisten && len(l.channels) > 0 {
+		// PostgreSQL gives an idle listener what was committed before its
+		// UNLISTEN: notifications on their way to the listener connection
+		// reach the client first.
+		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout)
+		s.offload(func() { _ = hub.Sync(ctx, s.database) })
+		cancel()
+		s.endWait()
+	}
 	switch {
 	case op.unlisten && op.channel == "*":
 		if len(l.channels) > 0 {
@@ -334,6 +343,12 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 			// The LISTEN committed and lockpool cannot honour it.
 			s.kill(pe.Fatal())
 			return nil
+		}
+	}
+	for _, c := range early {
+		if !l.has(c) { // its LISTEN was rolled back to a savepoint, or unlistened after
+			s.srv.hub.Unlisten(s.database, c, l.inbox)
+			l.inbox.drop(c)
 		}
 	}
 	if len(expects) > 0 && l.listens() {
