@@ -160,7 +160,7 @@ func TestPingTimeout(t *testing.T) {
 	c := pgtest.Require(t)
 	p := newPausable(t, fmt.Sprintf("%s:%d", c.Host, c.Port))
 	h, _ := newHub(t, func(cfg *Config) {
-		cfg.PingInterval = 300 * time.Millisecond
+		cfg.PingInterval = 500 * time.Millisecond
 		cfg.ConnConfig = func(db string) (*pgx.ConnConfig, error) {
 			cc, err := pgx.ParseConfig(c.DSN(appUser, appPW, db))
 			if err == nil {
@@ -183,7 +183,7 @@ func TestPingTimeout(t *testing.T) {
 		t.Fatalf("Lost(%v), want ErrNoAnswer", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("lost after %v with a ping interval of 300ms", d)
+		t.Errorf("lost after %v with a ping interval of 500ms", d)
 	}
 	p.resume()
 	mustListen(t, h, appDB, "x", r)
