@@ -95,15 +95,30 @@ func (d *database) run(c *conn) {
 	}
 	d.end(c, err, pgc != nil)
 	if pgc != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = pgc.Close(ctx)
-		cancel()
+		closeConn(pgc)
 	}
 	d.mu.Lock()
 	delete(d.lives, c)
 	d.mu.Unlock()
 	d.hub.conns.Add(-1)
 	d.hub.m.conns.Dec()
+}
+
+// closeConn closes a listener connection: with a Terminate when it is
+// still open. One that pgconn closed itself (an interrupted command) is
+// being closed by a goroutine of pgconn's, which sends a CancelRequest and
+// then drains the socket until the server closes it (up to 15 s): closing
+// the socket here ends that drain at once, and the wait for pgconn's
+// cleanup is bounded.
+func closeConn(pgc *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = pgc.Close(ctx)
+	_ = pgc.Conn().Close()
+	select {
+	case <-pgc.CleanupDone():
+	case <-ctx.Done():
+	}
 }
 
 // minConnectTimeout bounds the login of a listener connection when its

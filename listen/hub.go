@@ -466,9 +466,10 @@ func (h *Hub) CountClosed(reason string) {
 	h.m.closed.WithLabelValues(reason).Inc()
 }
 
-// Close closes every listener connection and waits until they are closed;
-// subscribers get nothing more (no Lost). Listen and Sync calls waiting
-// return ErrClosed, and so do later ones.
+// Close closes every listener connection and waits until they are closed
+// (a second at most for one whose close does not complete); subscribers get
+// nothing more (no Lost). Listen and Sync calls waiting return ErrClosed,
+// and so do later ones.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	if h.closed {

@@ -160,7 +160,7 @@ func TestPingTimeout(t *testing.T) {
 	c := pgtest.Require(t)
 	p := newPausable(t, fmt.Sprintf("%s:%d", c.Host, c.Port))
 	h, _ := newHub(t, func(cfg *Config) {
-		cfg.PingInterval = 300 * time.Millisecond
+		cfg.PingInterval = 500 * time.Millisecond
 		cfg.ConnConfig = func(db string) (*pgx.ConnConfig, error) {
 			cc, err := pgx.ParseConfig(c.DSN(appUser, appPW, db))
 			if err == nil {
@@ -183,7 +183,7 @@ func TestPingTimeout(t *testing.T) {
 		t.Fatalf("Lost(%v), want ErrNoAnswer", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("lost after %v with a ping interval of 300ms", d)
+		t.Errorf("lost after %v with a ping interval of 500ms", d)
 	}
 	p.resume()
 	mustListen(t, h, appDB, "x", r)
@@ -192,13 +192,15 @@ func TestPingTimeout(t *testing.T) {
 // TestPingKeepsConnection: an idle listener pings every PingInterval and
 // stays.
 func TestPingKeepsConnection(t *testing.T) {
-	h, _ := newHub(t, func(cfg *Config) { cfg.PingInterval = 100 * time.Millisecond })
+	// Not much shorter: a ping not answered within the interval (a loaded
+	// test machine) would end the connection.
+	h, _ := newHub(t, func(cfg *Config) { cfg.PingInterval = 500 * time.Millisecond })
 	cmds := newCommandLog(h)
 	ctx := testCtx(t)
 	r := newRecorder("r")
 	mustListen(t, h, appDB, "x", r)
 	from := 0
-	for range 5 {
+	for range 3 {
 		from = cmds.waitFor(t, ctx, from, "appdb: "+barrierSQL)
 	}
 	notify(t, sender(t, appDB), "x", "alive")
