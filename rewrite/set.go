@@ -306,6 +306,18 @@ func (a *analyzer) setConfig(src string, st []token, i int) {
 // wholeLease returns the lease call when st is, as a whole,
 // SELECT [* FROM] [lockpool.]lease_xxx(args) [[AS] alias].
 func wholeLease(src string, st []token) *LeaseCall {
+	return wholeCall(src, st, "lockpool", func(t token) string {
+		if fn := leaseOf(src, t); fn != "lease_fence" {
+			return fn
+		}
+		return ""
+	})
+}
+
+// wholeCall returns the call when st is, as a whole, SELECT [* FROM]
+// [schema.]fn(literal args) [[AS] alias], where fn names the function of
+// an identifier token ("" for none).
+func wholeCall(src string, st []token, schema string, fn func(token) string) *LeaseCall {
 	s := stmt{src, st}
 	if !s.kw(0, "select") {
 		return nil
@@ -315,7 +327,7 @@ func wholeLease(src string, st []token) *LeaseCall {
 		i, star = 3, true
 	}
 	if isIdentTok(s.kind(i)) && s.punct(i+1, '.') {
-		if !identIs(src, st[i], "lockpool") {
+		if !identIs(src, st[i], schema) {
 			return nil
 		}
 		i += 2
@@ -323,12 +335,12 @@ func wholeLease(src string, st []token) *LeaseCall {
 	if !isIdentTok(s.kind(i)) {
 		return nil
 	}
-	fn := leaseOf(src, st[i])
-	if fn == "" || fn == "lease_fence" || !s.punct(i+1, '(') {
+	name := fn(st[i])
+	if name == "" || !s.punct(i+1, '(') {
 		return nil
 	}
 	i += 2
-	c := &LeaseCall{Func: fn, Star: star}
+	c := &LeaseCall{Func: name, Star: star}
 	if s.punct(i, ')') {
 		i++
 	} else {
