@@ -270,9 +270,9 @@ func (a *analyzer) leading(src string, st []token, depth int, body bool) {
 	at := func(i int, word string) bool { return i < len(st) && kw(src, st[i], word) }
 	switch {
 	case foldEq(w, "listen"):
-		a.state(Listen, name(src, st, 1))
+		a.listen(Listen, src, st)
 	case foldEq(w, "unlisten"):
-		a.state(Unlisten, name(src, st, 1))
+		a.listen(Unlisten, src, st)
 	case foldEq(w, "create"):
 		a.create(src, st)
 	case foldEq(w, "drop"):

@@ -26,7 +26,7 @@ type tcase struct {
 
 func fs(f ...Func) want { return want{funcs: f} }
 
-func st(k StateKind, n string) want { return want{state: []StateChange{{k, n}}} }
+func st(k StateKind, n string) want { return want{state: []StateChange{{Kind: k, Name: n}}} }
 
 func sets(c ...SetCmd) want { return want{sets: c} }
 
@@ -40,6 +40,12 @@ func mention() want         { return want{mention: true} }
 func fence() want           { return want{fence: true} }
 func stmts(n int) want      { return want{stmts: n} }
 func (w want) n(k int) want { w.stmts, w.count = k, true; return w }
+
+var (
+	long70   = strings.Repeat("a", 35) + strings.Repeat("B", 35)
+	long63   = strings.Repeat("a", 35) + strings.Repeat("b", 28)
+	longUTF8 = strings.Repeat("x", 62) + "é" // 64 bytes; é straddles byte 63
+)
 
 var cases = []tcase{
 	// --- advisory functions: positions and spellings
@@ -154,6 +160,30 @@ var cases = []tcase{
 	{"unlisten name", "/* c */ unlisten jobs", st(Unlisten, "jobs")},
 	{"listen in string", "select 'listen jobs'", none()},
 	{"listen not at start", "select 1 as listen", none()},
+	{"listen truncated to 63 bytes", "LISTEN " + long70, st(Listen, long63)},
+	{"listen quoted truncated", `LISTEN "` + long70 + `"`, st(Listen, long70[:63])},
+	{"listen truncated at a character", `LISTEN "` + longUTF8 + `"`, st(Listen, longUTF8[:62])},
+	{"listen 63 bytes kept", "LISTEN " + long70[:63], st(Listen, long63)},
+	{"listen quoted doubled quote", `LISTEN "a""B"`, st(Listen, `a"B`)},
+	{"listen U& identifier", `LISTEN U&"\0041b"`, st(Listen, "Ab")},
+	{"listen U& uescape", `LISTEN U&"!0041b!!" UESCAPE '!'`, st(Listen, "Ab!")},
+	{"listen U& bad uescape", `LISTEN U&"!0041b" UESCAPE 'a'`, st(Listen, "")},
+	{"listen non-ASCII not folded", "LISTEN ÄbC", st(Listen, "Äbc")},
+	{"listen unreserved keyword", "listen Name", st(Listen, "name")},
+	{"listen reserved keyword", "LISTEN user", st(Listen, "")},
+	{"listen quoted reserved keyword", `LISTEN "user"`, st(Listen, "user")},
+	{"listen string is no channel", "LISTEN 'jobs'", st(Listen, "")},
+	{"listen qualified is no channel", "LISTEN a.b", st(Listen, "")},
+	{"listen no channel", "LISTEN;", st(Listen, "")},
+	{"listen empty quoted", `LISTEN ""`, st(Listen, "")},
+	{"listen unterminated quoted", `LISTEN "jobs`, st(Listen, "")},
+	{"listen two names", "LISTEN a b", st(Listen, "")},
+	{"unlisten star and more", "UNLISTEN * a", st(Unlisten, "")},
+	{"listen star", "LISTEN *", st(Listen, "")},
+	{"listen after dollar and comment", "SELECT $$;LISTEN x$$; /* ; */ LISTEN y -- ;\n", st(Listen, "y").n(2)},
+	{"listen in DO body", "DO $$BEGIN LISTEN a; END$$", st(Listen, "a")},
+	{"listen in comment", "SELECT 1 /* ; LISTEN a */ -- ; LISTEN b", none()},
+
 	{"create temp table", "CREATE TEMP TABLE t1 (id int)", st(TempTable, "t1")},
 	{"create temporary table if not exists", "create temporary table if not exists T2 as select 1", st(TempTable, "t2")},
 	{"create local temp", "CREATE LOCAL TEMPORARY TABLE t3 (x int) ON COMMIT DELETE ROWS", st(TempTable, "t3")},
@@ -240,7 +270,7 @@ func check(t *testing.T, c tcase, f Findings) {
 	if f.LeaseMention != w.mention || f.LeaseFence != w.fence {
 		t.Errorf("%s: LeaseMention=%v LeaseFence=%v, want %v %v", c.name, f.LeaseMention, f.LeaseFence, w.mention, w.fence)
 	}
-	if !reflect.DeepEqual(f.State, w.state) {
+	if !reflect.DeepEqual(unlocatedState(f.State), w.state) {
 		t.Errorf("%s: State = %+v, want %+v", c.name, f.State, w.state)
 	}
 	if !reflect.DeepEqual(unlocated(f.Sets), w.sets) {
@@ -421,6 +451,7 @@ func FuzzAnalyze(f *testing.F) {
 	}
 	f.Add(benchNoHit)
 	f.Add("DO U&'\\0070g_advisory_lock(1)' ")
+	f.Add(`BEGIN; LISTEN a; UNLISTEN "B"; LISTEN U&"!0041" UESCAPE '!'; UNLISTEN *; COMMIT`)
 	f.Fuzz(func(t *testing.T, s string) {
 		full := analyze(s)
 		if full.Hit() && !MayHit(s) {
@@ -435,11 +466,52 @@ func FuzzAnalyze(f *testing.F) {
 		if n := CountStatements(s); n != full.Statements {
 			t.Fatalf("CountStatements(%q) = %d, analyze = %d", s, n, full.Statements)
 		}
+		checkLocations(t, s, full)
 		out := RewriteFence(s, "lockpool")
 		if !full.LeaseFence && !strings.Contains(strings.ToLower(s), "do") && !strings.Contains(strings.ToLower(s), "execute") && out != s {
 			t.Fatalf("RewriteFence changed %q to %q without a fence call", s, out)
 		}
 	})
+}
+
+// checkLocations checks that every position Analyze reports is inside s
+// and every statement number at most f.Statements.
+func checkLocations(t *testing.T, s string, f Findings) {
+	t.Helper()
+	in := func(what string, stmt, pos, end int) {
+		if stmt < 0 || stmt > f.Statements || pos < 0 || pos > end || end > len(s) {
+			t.Fatalf("%q: %s at statement %d, [%d:%d] of %d bytes, %d statements", s, what, stmt, pos, end, len(s), f.Statements)
+		}
+		if stmt > 0 && pos == end {
+			t.Fatalf("%q: %s at statement %d has no text", s, what, stmt)
+		}
+	}
+	for _, c := range f.State {
+		if c.Stmt == 0 && (c.Pos != 0 || c.End != 0) || c.Stmt > 0 && c.Kind != Listen && c.Kind != Unlisten {
+			t.Fatalf("%q: %+v located wrongly", s, c)
+		}
+		in(c.Kind.String(), c.Stmt, c.Pos, c.End)
+		if (c.Kind == Listen || c.Kind == Unlisten) && (len(c.Name) > maxIdentLen || c.Stmt > 0 && !hasFold(s, c.Pos, strings.ToLower(c.Kind.String()))) {
+			t.Fatalf("%q: %+v", s, c)
+		}
+	}
+	for _, c := range f.Sets {
+		in("SET", c.Stmt, c.Pos, c.End)
+	}
+}
+
+// unlocatedState drops where each statement is (TestStateLocation checks
+// that).
+func unlocatedState(state []StateChange) []StateChange {
+	if state == nil {
+		return nil
+	}
+	out := make([]StateChange, len(state))
+	for i, c := range state {
+		c.Stmt, c.Pos, c.End = 0, 0, 0
+		out[i] = c
+	}
+	return out
 }
 
 // unlocated drops where each statement is (TestSetLocation checks that),
@@ -477,6 +549,36 @@ func TestSetLocation(t *testing.T) {
 				continue
 			}
 			got = append(got, fmt.Sprintf("%d:%s:%s", c.Stmt, tc.sql[c.Pos:c.End], c.Tag))
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: got %q, want %q", tc.sql, got, tc.want)
+		}
+	}
+}
+
+func TestStateLocation(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want []string // per StateChange: "stmt:text:name", "0:name" when not located
+	}{
+		{"LISTEN a", []string{"1:LISTEN a:a"}},
+		{"  LISTEN \"A b\"\n\t", []string{`1:LISTEN "A b":A b`}},
+		{"BEGIN; LISTEN a; COMMIT", []string{"2:LISTEN a:a"}},
+		{"select ';' ; /* ; */ unlisten * ; ; listen B -- c;\n;", []string{"2:unlisten *:*", "3:listen B:b"}},
+		{"DO $$BEGIN LISTEN a; END$$; LISTEN b", []string{"0:a", "2:LISTEN b:b"}},
+		{"LISTEN a b; UNLISTEN $$x$$", []string{"1:LISTEN a b:", "2:UNLISTEN $$x$$:"}},
+		{"CREATE TEMP TABLE t (x int); LISTEN c", []string{"0:t", "2:LISTEN c:c"}},
+		{`LISTEN U&"!0061" UESCAPE '!'`, []string{`1:LISTEN U&"!0061" UESCAPE '!':a`}},
+	}
+	for _, tc := range tests {
+		f := Analyze(tc.sql)
+		var got []string
+		for _, c := range f.State {
+			if c.Stmt == 0 {
+				got = append(got, "0:"+c.Name)
+				continue
+			}
+			got = append(got, fmt.Sprintf("%d:%s:%s", c.Stmt, tc.sql[c.Pos:c.End], c.Name))
 		}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q: got %q, want %q", tc.sql, got, tc.want)

@@ -170,6 +170,22 @@ func (k StateKind) String() string {
 type StateChange struct {
 	Kind StateKind
 	Name string // channel / cursor / statement / role / object name: lower-cased unless quoted; "*" for all
+	// Where the statement is, for a LISTEN or UNLISTEN statement of the
+	// analysed text itself (not of a DO body): Stmt is its number among the
+	// text's non-empty statements (1-based; 0 elsewhere and for the other
+	// kinds) and src[Pos:End] its text without the ';', as in SetCmd.
+	//
+	// A Listen or Unlisten Name is the channel as PostgreSQL names it: an
+	// unquoted identifier folded to lower case (ASCII only), a quoted one
+	// as written with "" undoubled, a U&"…" one decoded (UESCAPE honoured),
+	// each cut to 63 bytes (NAMEDATALEN-1, at a UTF-8 character boundary)
+	// as PostgreSQL truncates identifiers; "*" for UNLISTEN *. It is ""
+	// when the statement is not one PostgreSQL accepts (no channel, a
+	// string, a reserved word, a qualified name, a zero-length or
+	// unterminated identifier, anything after the name): such a statement
+	// fails on the server, so it is best sent there.
+	Stmt     int
+	Pos, End int
 }
 
 // SetCmd is a tracked GUC change: SET, SET TIME ZONE, RESET, RESET ALL or a
