@@ -58,12 +58,14 @@ type analyzer struct {
 	leaseCalls int        // lease_acquire/renew/release/list calls seen
 	leaseWhole *LeaseCall // candidate whole-statement call
 	advWhole   *AdvisoryCall
-	advTried   bool // advWhole was looked for (in the first statement with an advisory call)
-	top        int  // number of the top-level statement being analysed; 0 inside a DO body
+	advTried   bool       // advWhole was looked for (in the first statement with an advisory call)
+	chanWhole  *LeaseCall // candidate whole-statement pg_listening_channels() call
+	top        int        // number of the top-level statement being analysed; 0 inside a DO body
 }
 
 // Analyze lexes sql and reports advisory-lock calls, lease calls,
-// session-state statements and GUC changes. It runs MayHit first and
+// session-state statements, GUC changes, NOTIFY statements and pg_notify
+// calls, and pg_listening_channels() calls. It runs MayHit first and
 // returns the zero Findings (Statements 0) without lexing when it is false.
 func Analyze(sql string) Findings {
 	if !MayHit(sql) {
@@ -86,6 +88,9 @@ func analyze(sql string) Findings {
 		} else {
 			a.f.LeaseMention = true
 		}
+	}
+	if a.chanWhole != nil && a.f.Statements == 1 && len(a.f.ChannelsCalls) == 1 && len(a.chanWhole.Args) == 0 {
+		a.f.ChannelsWhole = a.chanWhole
 	}
 	return a.f
 }
@@ -142,6 +147,9 @@ func (a *analyzer) run(src string, depth int, body bool) {
 // statement analyses the tokens of one non-empty statement.
 func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 	createFunc := false
+	// stores: the statement keeps its expressions for later (a view, a
+	// default, a prepared statement) rather than evaluating them now.
+	stores := kw(src, st[0], "create") || kw(src, st[0], "alter") || kw(src, st[0], "prepare")
 	if kw(src, st[0], "create") {
 		i := 1
 		if i+1 < len(st) && kw(src, st[i], "or") && kw(src, st[i+1], "replace") {
@@ -200,8 +208,19 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 			}
 			continue
 		}
-		if identIs(src, t, "set_config") && (!hasQual || identIs(src, qual, "pg_catalog")) {
+		if hasQual && !identIs(src, qual, "pg_catalog") {
+			continue
+		}
+		switch {
+		case identIs(src, t, "set_config"):
 			a.setConfig(src, st, i+2)
+		case body:
+			// pg_notify and pg_listening_channels in a DO body: whether
+			// they run is not known, and positions would not be in src.
+		case identIs(src, t, "pg_notify"):
+			a.f.Notifies = append(a.f.Notifies, notifyCall(src, st, i+1))
+		case !stores && identIs(src, t, "pg_listening_channels"):
+			a.channelsCall(src, st, i, hasQual)
 		}
 	}
 }
@@ -273,6 +292,10 @@ func (a *analyzer) leading(src string, st []token, depth int, body bool) {
 		a.listen(Listen, src, st)
 	case foldEq(w, "unlisten"):
 		a.listen(Unlisten, src, st)
+	case foldEq(w, "notify"):
+		if !body {
+			a.notify(src, st)
+		}
 	case foldEq(w, "create"):
 		a.create(src, st)
 	case foldEq(w, "drop"):

@@ -1,6 +1,9 @@
 package rewrite
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // maxIdentLen is the longest identifier PostgreSQL keeps (NAMEDATALEN-1);
 // longer ones are truncated.
@@ -114,8 +117,8 @@ func identAt(src string, st []token, i int) (v string, next int, ok bool) {
 	return v, next, ok
 }
 
-// channelName decodes the channel name (a ColId) at st[i] of a LISTEN or
-// UNLISTEN statement as PostgreSQL names it (see StateChange)
+// channelName decodes the channel name (a ColId) at st[i] of a LISTEN,
+// UNLISTEN or NOTIFY statement as PostgreSQL names it (see StateChange)
 // and returns the index after it; ok is false when PostgreSQL's grammar or
 // scanner would reject it there.
 func channelName(s stmt, i int) (name string, next int, ok bool) {
@@ -142,4 +145,147 @@ func (a *analyzer) listen(k StateKind, src string, st []token) {
 		c.Stmt, c.Pos, c.End = a.top, st[0].pos, st[len(st)-1].end
 	}
 	a.f.State = append(a.f.State, c)
+}
+
+// notify records a NOTIFY channel [, 'payload'] statement; one the grammar
+// rejects is recorded with nothing known.
+func (a *analyzer) notify(src string, st []token) {
+	s := stmt{src, st}
+	var c NotifyCall
+	if ch, i, ok := channelName(s, 1); ok {
+		switch {
+		case i == len(st):
+			c = NotifyCall{Channel: ch, Known: true, KnownPayload: true}
+		case s.punct(i, ',') && sconst(src, st, i+1):
+			if v, next, ok := stringValue(src, st, i+1); ok && next == len(st) {
+				c = NotifyCall{Channel: ch, Payload: v, Known: true, KnownPayload: true}
+			}
+		}
+	}
+	a.f.Notifies = append(a.f.Notifies, c)
+}
+
+// sconst reports whether st[i] is a string constant PostgreSQL's grammar
+// takes as Sconst: '…', E'…', U&'…' or dollar-quoted, closed (not N'…',
+// B'…' or X'…').
+func sconst(src string, st []token, i int) bool {
+	if i >= len(st) {
+		return false
+	}
+	t := st[i]
+	switch t.kind {
+	case tString:
+		if src[t.pos] != '\'' {
+			return false
+		}
+	case tEString, tUString, tDollar:
+	default:
+		return false
+	}
+	return terminated(src, t)
+}
+
+// notifyCall reads the arguments of a pg_notify call whose '(' is st[open].
+func notifyCall(src string, st []token, open int) NotifyCall {
+	var args [2][2]int // token ranges of the first two arguments
+	n, depth, start := 0, 0, open+1
+	for j := open + 1; j < len(st); j++ {
+		t := st[j]
+		switch {
+		case isPunct(src, t, '(') || isPunct(src, t, '['):
+			depth++
+		case depth > 0 && (isPunct(src, t, ')') || isPunct(src, t, ']')):
+			depth--
+		case depth == 0 && (isPunct(src, t, ',') || isPunct(src, t, ')')):
+			if n < len(args) {
+				args[n] = [2]int{start, j}
+			}
+			n++
+			start = j + 1
+			if isPunct(src, t, ')') {
+				var c NotifyCall
+				if n == 2 {
+					c.Channel, c.ChannelParam, c.Known = notifyArg(stmt{src, st[args[0][0]:args[0][1]]})
+					c.Payload, c.PayloadParam, c.KnownPayload = notifyArg(stmt{src, st[args[1][0]:args[1][1]]})
+				}
+				return c
+			}
+		}
+	}
+	return NotifyCall{}
+}
+
+// notifyArg reads one pg_notify argument, all of s: a string literal or
+// NULL (known; NULL is "", as pg_notify takes it) or $n, each optionally
+// cast to text or varchar (casts that keep the value as it is).
+func notifyArg(s stmt) (val string, param int, known bool) {
+	i := 1
+	switch t := s.st; {
+	case len(t) == 0:
+		return "", 0, false
+	case t[0].kind == tParam:
+		n, err := strconv.Atoi(s.src[t[0].pos+1 : t[0].end])
+		if err != nil || n < 1 {
+			return "", 0, false
+		}
+		param = n
+	case s.kw(0, "null"):
+		known = true
+	case sconst(s.src, t, 0):
+		v, next, ok := stringValue(s.src, t, 0)
+		if !ok {
+			return "", 0, false
+		}
+		val, i, known = v, next, true
+	default:
+		return "", 0, false
+	}
+	for i < len(s.st) {
+		if s.kind(i) != tCast {
+			return "", 0, false
+		}
+		i++
+		if isIdentTok(s.kind(i)) && s.punct(i+1, '.') && identIs(s.src, s.st[i], "pg_catalog") {
+			i += 2
+			if !isIdentTok(s.kind(i)) || !(identIs(s.src, s.st[i], "text") || identIs(s.src, s.st[i], "varchar")) {
+				return "", 0, false
+			}
+			i++
+			continue
+		}
+		switch {
+		case s.kw(i, "character") && s.kw(i+1, "varying"):
+			i += 2
+		case isIdentTok(s.kind(i)) && (identIs(s.src, s.st[i], "text") || identIs(s.src, s.st[i], "varchar")):
+			i++
+		default:
+			return "", 0, false
+		}
+	}
+	return val, param, known
+}
+
+// channelsCall records a pg_listening_channels() call whose name is st[i]
+// (qualified by pg_catalog when hasQual); a call with arguments is not
+// that function.
+func (a *analyzer) channelsCall(src string, st []token, i int, hasQual bool) {
+	if i+2 >= len(st) || !isPunct(src, st[i+2], ')') {
+		return
+	}
+	pos := st[i].pos
+	if hasQual {
+		pos = st[i-2].pos
+		if i >= 4 && isPunct(src, st[i-3], '.') && isIdentTok(st[i-4].kind) {
+			pos = st[i-4].pos // database.pg_catalog.
+		}
+	}
+	a.f.ChannelsCalls = append(a.f.ChannelsCalls, Span{Pos: pos, End: st[i+2].end})
+	if a.top == 1 && len(a.f.ChannelsCalls) == 1 {
+		a.chanWhole = wholeCall(src, st, "pg_catalog", func(t token) string {
+			if identIs(src, t, "pg_listening_channels") {
+				return "pg_listening_channels"
+			}
+			return ""
+		})
+	}
 }

@@ -9,9 +9,11 @@ import "strings"
 // for a byte that is rare in ordinary SQL, checked where found:
 //
 //	'('      a call: the word before it (after whitespace) may end with one
-//	         of the function names (advisory, lease_*, set_config); when a
-//	         comment may sit between name and '(' it falls back to a
-//	         per-byte search for "advisory", "lease_" and "set_config"
+//	         of the function names (advisory, lease_*, set_config,
+//	         pg_notify, pg_listening_channels); when a comment may sit
+//	         between name and '(' it falls back to a per-byte search for
+//	         "advisory", "lease_", "set_config", "pg_notify" and
+//	         "pg_listening_channels"
 //	';'      a statement start: the next word is a leading keyword
 //	'&'      U&' / U&" (escapes could spell any name)
 //	'p', 'P' the word temp/temporary (SELECT … INTO TEMP)
@@ -75,7 +77,17 @@ var callNames = [...]string{
 	"pg_advisory_xact_lock", "pg_advisory_xact_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
 	"pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all",
 	"lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_fence", "set_config",
+	"pg_notify", "pg_listening_channels",
 }
+
+// callsByLast holds callNames by their last byte, so a word is compared
+// only with the names it may end with (at most five).
+var callsByLast = func() (m [256][]string) {
+	for _, n := range callNames {
+		m[n[len(n)-1]] = append(m[n[len(n)-1]], n)
+	}
+	return m
+}()
 
 // callBefore reports whether the '(' at s[i] may follow one of callNames.
 // The word before it is taken backwards over identifier bytes (or a quoted
@@ -112,15 +124,10 @@ func callBefore(s string, i int) bool {
 		}
 		w = s[k:j]
 	}
-	if len(w) < len("set_config") {
+	if len(w) < len("pg_notify") {
 		return false
 	}
-	switch w[len(w)-1] | 0x20 {
-	case 'k', 'd', 'l', 'e', 'w', 't', 'g':
-	default:
-		return false
-	}
-	for _, n := range callNames {
+	for _, n := range callsByLast[w[len(w)-1]|0x20] {
 		if hasFold(w, len(w)-len(n), n) {
 			return true
 		}
@@ -137,7 +144,8 @@ func slowHit(s string) bool {
 				return true
 			}
 		case '_':
-			if hasFold(s, i-5, "lease_") || hasFold(s, i-3, "set_config") {
+			if hasFold(s, i-5, "lease_") || hasFold(s, i-3, "set_config") ||
+				hasFold(s, i-2, "pg_notify") || hasFold(s, i-2, "pg_listening_channels") {
 				return true
 			}
 		}
@@ -161,7 +169,7 @@ func leadingHit(s string, i int) bool {
 	case 5:
 		return foldEq(w, "reset") || foldEq(w, "close") || foldEq(w, "alter")
 	case 6:
-		return foldEq(w, "listen") || foldEq(w, "create") || foldEq(w, "import")
+		return foldEq(w, "listen") || foldEq(w, "notify") || foldEq(w, "create") || foldEq(w, "import")
 	case 7:
 		return foldEq(w, "declare") || foldEq(w, "prepare") || foldEq(w, "discard")
 	case 8:

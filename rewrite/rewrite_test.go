@@ -14,6 +14,9 @@ type want struct {
 	fence   bool
 	state   []StateChange
 	sets    []SetCmd
+	notify  []NotifyCall
+	chans   []string   // src[Pos:End] of each ChannelsCalls span
+	whole   *LeaseCall // ChannelsWhole
 	stmts   int
 	count   bool // check stmts
 }
@@ -40,6 +43,27 @@ func mention() want         { return want{mention: true} }
 func fence() want           { return want{fence: true} }
 func stmts(n int) want      { return want{stmts: n} }
 func (w want) n(k int) want { w.stmts, w.count = k, true; return w }
+
+// nt is a NOTIFY or pg_notify with known channel and payload.
+func nt(ch, payload string) NotifyCall {
+	return NotifyCall{Channel: ch, Payload: payload, Known: true, KnownPayload: true}
+}
+
+func notifies(c ...NotifyCall) want { return want{notify: c} }
+
+func chans(text ...string) want { return want{chans: text} }
+
+func (w want) wholeCh(alias string, star bool) want {
+	w.whole = &LeaseCall{Func: "pg_listening_channels", Alias: alias, Star: star}
+	return w
+}
+
+func (w want) plus(o want) want {
+	w.state = append(w.state, o.state...)
+	w.notify = append(w.notify, o.notify...)
+	w.chans = append(w.chans, o.chans...)
+	return w
+}
 
 var (
 	long70   = strings.Repeat("a", 35) + strings.Repeat("B", 35)
@@ -184,6 +208,86 @@ var cases = []tcase{
 	{"listen in DO body", "DO $$BEGIN LISTEN a; END$$", st(Listen, "a")},
 	{"listen in comment", "SELECT 1 /* ; LISTEN a */ -- ; LISTEN b", none()},
 
+	// --- NOTIFY and pg_notify
+	{"notify", "NOTIFY jobs", notifies(nt("jobs", "")).n(1)},
+	{"notify payload", "NOTIFY jobs, 'hello'", notifies(nt("jobs", "hello"))},
+	{"notify folds", "Notify Jobs , 'X';", notifies(nt("jobs", "X"))},
+	{"notify quoted", `notify "Jobs", 'it''s'`, notifies(nt("Jobs", "it's"))},
+	{"notify E payload", `NOTIFY a, E'x\ny\''`, notifies(nt("a", "x\ny'"))},
+	{"notify dollar payload", "NOTIFY a, $p$x; NOTIFY b$p$", notifies(nt("a", "x; NOTIFY b")).n(1)},
+	{"notify U& payload", `NOTIFY a, U&'!0041' UESCAPE '!'`, notifies(nt("a", "A"))},
+	{"notify truncated", "NOTIFY " + long70 + ", ''", notifies(nt(long63, ""))},
+	{"notify U& channel", `NOTIFY U&"\0041", 'p'`, notifies(nt("A", "p"))},
+	{"notify cast payload rejected", "NOTIFY a, 'x'::text", notifies(NotifyCall{})},
+	{"notify param payload rejected", "NOTIFY a, $1", notifies(NotifyCall{})},
+	{"notify N payload rejected", "NOTIFY a, N'x'", notifies(NotifyCall{})},
+	{"notify continued string", "NOTIFY a, 'x'\n'y'", notifies(NotifyCall{})},
+	{"notify unterminated payload", "NOTIFY a, 'x", notifies(NotifyCall{})},
+	{"notify reserved channel", "NOTIFY select", notifies(NotifyCall{})},
+	{"notify no channel", "NOTIFY", notifies(NotifyCall{})},
+	{"notify string channel", "NOTIFY 'a'", notifies(NotifyCall{})},
+	{"notify in DO body", "DO $$BEGIN NOTIFY a; PERFORM pg_notify('a', 'b'); END$$", none()},
+	{"notify in EXECUTE string", "DO $$BEGIN EXECUTE 'NOTIFY a'; END$$", none()},
+	{"notify in string", "SELECT 'NOTIFY a', 'pg_notify(''a'', ''b'')'", none()},
+	{"notify in comment", "/* NOTIFY a */ SELECT 1 -- ; NOTIFY b", none()},
+	{"notify in dollar string", "SELECT $x$; NOTIFY a; pg_notify('a', 'b')$x$", none()},
+	{"notify not at start", "SELECT 1 AS notify", none()},
+	{"notify in rule action", "CREATE RULE r AS ON INSERT TO t DO ALSO NOTIFY t", none()},
+	{"pg_notify", "SELECT pg_notify('Jobs', 'x')", notifies(nt("Jobs", "x"))},
+	{"pg_notify upper", "SELECT PG_NOTIFY('a', 'b')", notifies(nt("a", "b"))},
+	{"pg_notify qualified", "select pg_catalog.pg_notify('a', 'b')", notifies(nt("a", "b"))},
+	{"pg_notify quoted qualified", `select "pg_catalog"."pg_notify"('a', 'b')`, notifies(nt("a", "b"))},
+	{"pg_notify U& name", `select U&"pg_\006Eotify"('a', 'b')`, notifies(nt("a", "b"))},
+	{"pg_notify quoted upper is not", `select "PG_NOTIFY"('a', 'b')`, none()},
+	{"pg_notify other schema", "select app.pg_notify('a', 'b')", none()},
+	{"pg_notify params", "SELECT pg_notify($1, $2)", notifies(NotifyCall{ChannelParam: 1, PayloadParam: 2})},
+	{"pg_notify param casts", "SELECT pg_notify($2::text, $1::pg_catalog.varchar)", notifies(NotifyCall{ChannelParam: 2, PayloadParam: 1})},
+	{"pg_notify literal casts", "SELECT pg_notify('a'::text, 'b'::character varying::varchar)", notifies(nt("a", "b"))},
+	{"pg_notify value-changing casts", "SELECT pg_notify('ab'::varchar(1), $1::char(3))", notifies(NotifyCall{})},
+	{"pg_notify N literal", "SELECT pg_notify(N'a ', 'b')", notifies(NotifyCall{Payload: "b", KnownPayload: true})},
+	{"pg_notify null payload", "SELECT pg_notify('a', NULL)", notifies(nt("a", ""))},
+	{"pg_notify null channel", "SELECT pg_notify(NULL::text, 'x')", notifies(nt("", "x"))},
+	{"pg_notify E and dollar", `SELECT pg_notify(E'a\tb', $t$it's$t$)`, notifies(nt("a\tb", "it's"))},
+	{"pg_notify concatenation", "SELECT pg_notify('a', 'x' || id) FROM t", notifies(NotifyCall{Channel: "a", Known: true})},
+	{"pg_notify columns", "SELECT pg_notify(channel, payload) FROM outbox", notifies(NotifyCall{})},
+	{"pg_notify subquery", "SELECT pg_notify('a', (SELECT 'b'))", notifies(NotifyCall{Channel: "a", Known: true})},
+	{"pg_notify function argument", "SELECT pg_notify(lower('A'), 'b')", notifies(NotifyCall{Payload: "b", KnownPayload: true})},
+	{"pg_notify one argument", "SELECT pg_notify('a')", notifies(NotifyCall{})},
+	{"pg_notify three arguments", "SELECT pg_notify('a', 'b', 'c')", notifies(NotifyCall{})},
+	{"pg_notify unclosed", "SELECT pg_notify('a', 'b'", notifies(NotifyCall{})},
+	{"pg_notify inside other statements", "WITH n AS (SELECT pg_notify('a', '1')) INSERT INTO log SELECT pg_notify('b', '2') FROM n",
+		notifies(nt("a", "1"), nt("b", "2"))},
+	{"pg_notify comment before paren", "SELECT pg_notify /* x */ ('a', 'b')", notifies(nt("a", "b"))},
+	{"pg_notify line comment before paren", "SELECT pg_notify -- x\n('a', 'b')", notifies(nt("a", "b"))},
+	{"pg_notify in create function", "CREATE FUNCTION f() RETURNS void LANGUAGE sql BEGIN ATOMIC SELECT pg_notify('a', 'b'); END", none()},
+	{"pg_notify in function string body", "CREATE FUNCTION f() RETURNS void AS $$ SELECT pg_notify('a', 'b') $$ LANGUAGE sql", none()},
+	{"listen notify transaction", "BEGIN; LISTEN a; NOTIFY a, 'x'; COMMIT", st(Listen, "a").plus(notifies(nt("a", "x"))).n(4)},
+	{"notify and pg_notify in order", "SELECT pg_notify('a', ''); NOTIFY b; SELECT pg_notify('c', 'd')",
+		notifies(nt("a", ""), nt("b", ""), nt("c", "d")).n(3)},
+
+	// --- pg_listening_channels
+	{"channels whole", "SELECT pg_listening_channels()", chans("pg_listening_channels()").wholeCh("", false).n(1)},
+	{"channels whole star qualified", "select * from PG_CATALOG.PG_LISTENING_CHANNELS() AS c; -- x",
+		chans("PG_CATALOG.PG_LISTENING_CHANNELS()").wholeCh("c", true)},
+	{"channels whole bare alias", `SELECT pg_listening_channels() "Ch"`, chans("pg_listening_channels()").wholeCh("Ch", false)},
+	{"channels whole quoted", `SELECT "pg_listening_channels"()`, chans(`"pg_listening_channels"()`).wholeCh("", false)},
+	{"channels in larger query", "SELECT c FROM pg_listening_channels() c WHERE c LIKE 'a%'", chans("pg_listening_channels()")},
+	{"channels cast", "SELECT pg_listening_channels()::text", chans("pg_listening_channels()")},
+	{"channels two calls spaced", "SELECT pg_listening_channels(), pg_catalog . pg_listening_channels ( /* ) */ )",
+		chans("pg_listening_channels()", "pg_catalog . pg_listening_channels ( /* ) */ )")},
+	{"channels three-part name", "SELECT db.pg_catalog.pg_listening_channels()", chans("db.pg_catalog.pg_listening_channels()")},
+	{"channels two statements", "SELECT pg_listening_channels(); SELECT 1", chans("pg_listening_channels()").n(2)},
+	{"channels second statement", "LISTEN a; SELECT pg_listening_channels()", st(Listen, "a").plus(chans("pg_listening_channels()")).n(2)},
+	{"channels with argument", "SELECT pg_listening_channels(1)", none()},
+	{"channels other schema", "SELECT x.pg_listening_channels()", none()},
+	{"channels quoted upper", `SELECT "PG_LISTENING_CHANNELS"()`, none()},
+	{"channels no parens", "SELECT pg_listening_channels FROM t", none()},
+	{"channels in string", "SELECT 'pg_listening_channels()'", none()},
+	{"channels in comment", "SELECT 1 /* pg_listening_channels() */", none()},
+	{"channels in DO body", "DO $$BEGIN PERFORM pg_listening_channels(); END$$", none()},
+	{"channels in view", "CREATE VIEW v AS SELECT pg_listening_channels()", none()},
+	{"channels in prepare", "PREPARE q AS SELECT pg_listening_channels()", st(Prepare, "q")},
+	{"channels in default", "ALTER TABLE t ALTER c SET DEFAULT pg_listening_channels()", none()},
 	{"create temp table", "CREATE TEMP TABLE t1 (id int)", st(TempTable, "t1")},
 	{"create temporary table if not exists", "create temporary table if not exists T2 as select 1", st(TempTable, "t2")},
 	{"create local temp", "CREATE LOCAL TEMPORARY TABLE t3 (x int) ON COMMIT DELETE ROWS", st(TempTable, "t3")},
@@ -275,6 +379,19 @@ func check(t *testing.T, c tcase, f Findings) {
 	}
 	if !reflect.DeepEqual(unlocated(f.Sets), w.sets) {
 		t.Errorf("%s: Sets = %+v, want %+v", c.name, f.Sets, w.sets)
+	}
+	if !reflect.DeepEqual(f.Notifies, w.notify) {
+		t.Errorf("%s: Notifies = %+v, want %+v", c.name, f.Notifies, w.notify)
+	}
+	var spans []string
+	for _, sp := range f.ChannelsCalls {
+		spans = append(spans, c.sql[sp.Pos:sp.End])
+	}
+	if !reflect.DeepEqual(spans, w.chans) {
+		t.Errorf("%s: ChannelsCalls = %q, want %q", c.name, spans, w.chans)
+	}
+	if !reflect.DeepEqual(f.ChannelsWhole, w.whole) {
+		t.Errorf("%s: ChannelsWhole = %+v, want %+v", c.name, f.ChannelsWhole, w.whole)
 	}
 	if w.count {
 		if n := CountStatements(c.sql); n != w.stmts {
@@ -440,6 +557,9 @@ func TestNoHitAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = Analyze(q) }); n != 0 {
 		t.Errorf("Analyze no-hit allocates %v times", n)
 	}
+	if n := testing.AllocsPerRun(100, func() { _ = Analyze(benchNoHitCalls) }); n != 0 {
+		t.Errorf("Analyze no-hit with calls allocates %v times", n)
+	}
 	if n := testing.AllocsPerRun(100, func() { _ = RewriteFence(q, "lockpool") }); n != 0 {
 		t.Errorf("RewriteFence no-hit allocates %v times", n)
 	}
@@ -451,7 +571,8 @@ func FuzzAnalyze(f *testing.F) {
 	}
 	f.Add(benchNoHit)
 	f.Add("DO U&'\\0070g_advisory_lock(1)' ")
-	f.Add(`BEGIN; LISTEN a; UNLISTEN "B"; LISTEN U&"!0041" UESCAPE '!'; UNLISTEN *; COMMIT`)
+	f.Add("BEGIN; LISTEN a; NOTIFY a, 'x'; SELECT pg_notify($1, E'\\x41'), pg_catalog.pg_listening_channels(); COMMIT")
+	f.Add(`LISTEN U&"!0041" UESCAPE '!'; UNLISTEN *; select * from "pg_listening_channels"() c`)
 	f.Fuzz(func(t *testing.T, s string) {
 		full := analyze(s)
 		if full.Hit() && !MayHit(s) {
@@ -497,6 +618,22 @@ func checkLocations(t *testing.T, s string, f Findings) {
 	}
 	for _, c := range f.Sets {
 		in("SET", c.Stmt, c.Pos, c.End)
+	}
+	last := 0
+	for _, sp := range f.ChannelsCalls {
+		in("pg_listening_channels", 1, sp.Pos, sp.End)
+		if sp.Pos < last || s[sp.End-1] != ')' {
+			t.Fatalf("%q: channels call [%d:%d] %q", s, sp.Pos, sp.End, s[sp.Pos:sp.End])
+		}
+		last = sp.End
+	}
+	if f.ChannelsWhole != nil && (len(f.ChannelsCalls) != 1 || f.Statements != 1 || len(f.ChannelsWhole.Args) != 0) {
+		t.Fatalf("%q: ChannelsWhole %+v with %d calls, %d statements", s, f.ChannelsWhole, len(f.ChannelsCalls), f.Statements)
+	}
+	for _, n := range f.Notifies {
+		if n.Known && n.ChannelParam != 0 || n.KnownPayload && n.PayloadParam != 0 || n.ChannelParam < 0 || n.PayloadParam < 0 {
+			t.Fatalf("%q: %+v", s, n)
+		}
 	}
 }
 
@@ -563,7 +700,7 @@ func TestStateLocation(t *testing.T) {
 	}{
 		{"LISTEN a", []string{"1:LISTEN a:a"}},
 		{"  LISTEN \"A b\"\n\t", []string{`1:LISTEN "A b":A b`}},
-		{"BEGIN; LISTEN a; COMMIT", []string{"2:LISTEN a:a"}},
+		{"BEGIN; LISTEN a; NOTIFY a, 'x'; COMMIT", []string{"2:LISTEN a:a"}},
 		{"select ';' ; /* ; */ unlisten * ; ; listen B -- c;\n;", []string{"2:unlisten *:*", "3:listen B:b"}},
 		{"DO $$BEGIN LISTEN a; END$$; LISTEN b", []string{"0:a", "2:LISTEN b:b"}},
 		{"LISTEN a b; UNLISTEN $$x$$", []string{"1:LISTEN a b:", "2:UNLISTEN $$x$$:"}},

@@ -126,9 +126,10 @@ type Arg struct {
 
 // LeaseCall is a statement that is, as a whole, one lease virtual call:
 // SELECT [lockpool.]lease_xxx(args) [[AS] alias] or SELECT * FROM lease_xxx(args) [[AS] alias].
-// The arity is not checked here.
+// The arity is not checked here. Findings.ChannelsWhole uses it too, for
+// SELECT [* FROM] [pg_catalog.]pg_listening_channels() [[AS] alias].
 type LeaseCall struct {
-	Func  string // "lease_acquire", "lease_renew", "lease_release" or "lease_list"
+	Func  string // "lease_acquire", "lease_renew", "lease_release", "lease_list" or "pg_listening_channels"
 	Args  []Arg
 	Alias string // the column (or FROM) alias, decoded; "" when none
 	Star  bool   // the SELECT * FROM form
@@ -187,6 +188,35 @@ type StateChange struct {
 	Stmt     int
 	Pos, End int
 }
+
+// NotifyCall is one NOTIFY statement or pg_notify call.
+//
+// Analyze reports every NOTIFY statement of the analysed text and every
+// call of pg_notify (unqualified or pg_catalog-qualified, any case,
+// "pg_notify" quoted) anywhere in it, inside other statements too, in text
+// order. Neither is reported inside a DO body (or an EXECUTE string in one)
+// or a function body: whether that code runs cannot be known here.
+//
+// A NOTIFY statement that PostgreSQL's grammar rejects (NOTIFY channel
+// [, 'payload'] with a string constant only: no cast, no parameter, no
+// expression) is reported with Known and KnownPayload false. A pg_notify
+// call whose argument is a string literal (plain, E”, U&”, dollar-quoted;
+// optionally cast to text or varchar without a length), NULL (what
+// pg_notify treats as "") or $n (optionally cast the same way) has that
+// argument known or its parameter set; any other argument, and a call
+// without exactly two arguments, leaves it unknown. A known Channel "" is
+// one PostgreSQL rejects ("channel name cannot be empty").
+type NotifyCall struct {
+	Channel      string // NOTIFY: the identifier as normalised (see above); pg_notify: the string literal's value exactly (pg_notify does not fold case)
+	ChannelParam int    // pg_notify($n, …): n; 0 otherwise
+	Payload      string // the payload literal's decoded value ("" when none)
+	PayloadParam int    // $n payload: n; 0 otherwise
+	Known        bool   // Channel is known (a literal or identifier)
+	KnownPayload bool   // Payload is known (NOTIFY without payload: true with ""; a literal: true)
+}
+
+// Span is a byte range src[Pos:End] of the analysed text.
+type Span struct{ Pos, End int }
 
 // SetCmd is a tracked GUC change: SET, SET TIME ZONE, RESET, RESET ALL or a
 // set_config call with literal arguments.
@@ -250,10 +280,26 @@ type Findings struct {
 	LeaseFence     bool          // lease_fence( or lockpool.lease_fence( is called (see RewriteFence)
 	State          []StateChange // session-state statements in order
 	Sets           []SetCmd      // GUC changes in order
-	Statements     int           // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
+	Notifies       []NotifyCall  // NOTIFY statements and pg_notify calls in order (see NotifyCall)
+	// ChannelsCalls are the pg_listening_channels() calls (no argument;
+	// unqualified or pg_catalog-qualified, any case) of the analysed text,
+	// in order: src[Pos:End] is the whole call from its qualifier (if any)
+	// to its ')', so it can be replaced textually by an expression of the
+	// same type. Calls inside DO bodies, function bodies and statements
+	// that store an expression instead of running it now (CREATE, ALTER,
+	// PREPARE) are not reported: replacing those would be wrong.
+	ChannelsCalls []Span
+	// ChannelsWhole is set when the whole text is one statement (an
+	// optional trailing ';' aside) that is exactly SELECT
+	// [pg_catalog.]pg_listening_channels() [[AS] alias] or SELECT * FROM
+	// [pg_catalog.]pg_listening_channels() [[AS] alias]: Func
+	// "pg_listening_channels", no Args. The call is in ChannelsCalls too.
+	ChannelsWhole *LeaseCall
+	Statements    int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
 // Hit reports whether anything at all was found.
 func (f Findings) Hit() bool {
-	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0
+	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
+		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil
 }
