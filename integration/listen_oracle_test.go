@@ -408,8 +408,9 @@ func (c *lrConn) readEnd(cs, cc int64) int64 {
 }
 
 // state says whether c listens to ch throughout [lo, hi]: certain is false
-// when a change may happen inside it; extra, when not nil, adds the
-// uncertainty of LISTEN state that never committed (for the kill verdict).
+// when a change may happen inside it. withPending adds the uncertainty of
+// LISTEN state changes that never committed (lockpool may have acted on
+// them meanwhile: for the kill verdict).
 func (c *lrConn) state(ch string, lo, hi int64, withPending bool) (on, certain bool, why string) {
 	if withPending {
 		for _, s := range append(c.Uncertain[ch], c.Uncertain["*"]...) {
