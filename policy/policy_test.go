@@ -26,6 +26,7 @@ func TestDecide(t *testing.T) {
 		{"state under pin", Input{State: true, StateKind: "listen"}, PinFirst, "", "listen"},
 		{"state under reject", Input{SessionState: Reject, State: true, StateKind: "listen"}, Refuse, pgerr.FeatureNotSupported, ""},
 		{"state under allow", Input{SessionState: Allow, State: true}, Forward, "", ""},
+		{"listen under listen: reject", Input{Listen: true}, Refuse, pgerr.FeatureNotSupported, ""},
 		{"state end while pinned", Input{StateEnd: true, Pinned: true}, Probe, "", ""},
 		{"state end unpinned", Input{StateEnd: true}, Forward, "", ""},
 		{"holdable call under hold", Input{AdvisoryLocks: Hold, Advisory: true, SessionAcquire: true, Holdable: true}, Answer, "", ""},

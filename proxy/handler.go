@@ -24,11 +24,11 @@ import (
 
 // localHandler is one kind's per-session state and its answers.
 type localHandler interface {
-	// prepare makes the statement of a claimed Query or Parse. rest is the
-	// Parse's query and parameter types as on the wire, nil for a simple
-	// Query; it aliases nothing that changes. A *pgError answers the
+	// prepare makes the statement of a claimed Query or Parse. sql is the
+	// statement's text; rest is the Parse's query and parameter types as on
+	// the wire, nil for a simple Query; it aliases nothing that changes. A *pgError answers the
 	// statement with that error instead (a FATAL one ends the session).
-	prepare(s *session, f *rewrite.Findings, rest []byte) (localStmt, *pgError)
+	prepare(s *session, f *rewrite.Findings, sql string, rest []byte) (localStmt, *pgError)
 	// end releases the kind's per-session state when the session ends.
 	end(s *session)
 }
@@ -154,7 +154,7 @@ func (s *session) failLocal(pe *pgError, simple bool) error {
 
 // answerQuery answers a claimed simple Query in its place in the reply
 // order.
-func (s *session) answerQuery(h localHandler, f *rewrite.Findings) error {
+func (s *session) answerQuery(h localHandler, f *rewrite.Findings, sql string) error {
 	if err := s.settle(); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *session) answerQuery(h localHandler, f *rewrite.Findings) error {
 		s.pushLocal(wire.AppendReadyForQuery(appendError(nil, 'E', errAborted()), 'E'), nil)
 		return nil
 	}
-	st, pe := h.prepare(s, f, nil)
+	st, pe := h.prepare(s, f, sql, nil)
 	if pe != nil {
 		return s.failLocal(pe, true)
 	}
@@ -183,7 +183,8 @@ func (s *session) answerQuery(h localHandler, f *rewrite.Findings) error {
 // error in the batch skip that reply, the Parse never happened: the name
 // goes back to what it was.
 func (s *session) answerParse(h localHandler, f *rewrite.Findings, name string, rest []byte) error {
-	st, pe := h.prepare(s, f, rest)
+	query, _, _ := wire.CString(rest)
+	st, pe := h.prepare(s, f, string(query), rest)
 	if pe != nil {
 		return s.failLocal(pe, false)
 	}

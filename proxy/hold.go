@@ -172,7 +172,7 @@ func (h *held) end(s *session) {
 // prepare implements localHandler. A Parse gets the parameter types
 // PostgreSQL gives the key expressions; a simple Query takes no
 // parameters.
-func (h *held) prepare(s *session, f *rewrite.Findings, rest []byte) (localStmt, *pgError) {
+func (h *held) prepare(s *session, f *rewrite.Findings, _ string, rest []byte) (localStmt, *pgError) {
 	if rest == nil {
 		if f.Hold.MaxParam > 0 {
 			return nil, pgerr.New("42P02", "there is no parameter $"+strconv.Itoa(f.Hold.MaxParam), "")

@@ -138,7 +138,7 @@ func (l *leases) session(s *session) (LeaseSession, *pgError) {
 }
 
 // prepare implements localHandler.
-func (l *leases) prepare(s *session, f *rewrite.Findings, rest []byte) (localStmt, *pgError) {
+func (l *leases) prepare(s *session, f *rewrite.Findings, _ string, rest []byte) (localStmt, *pgError) {
 	if f.Lease == nil {
 		return nil, errLeaseWhole()
 	}

@@ -69,8 +69,10 @@ func listenClaims(s *session, f *rewrite.Findings, _ policy.Decision) bool {
 	if f.ChannelsWhole != nil {
 		return true
 	}
+	// A statement PostgreSQL would refuse (no valid channel: Name "") goes
+	// to the server, which says why.
 	return f.Statements == 1 && len(f.State) == 1 && !f.Advisory && len(f.Sets) == 0 &&
-		(f.State[0].Kind == rewrite.Listen || f.State[0].Kind == rewrite.Unlisten)
+		(f.State[0].Kind == rewrite.Listen || f.State[0].Kind == rewrite.Unlisten) && f.State[0].Name != ""
 }
 
 func openListen(s *session) localHandler {
@@ -88,13 +90,38 @@ func (s *session) listeningOf() *listening {
 }
 
 // prepare implements localHandler.
-func (l *listening) prepare(s *session, f *rewrite.Findings, _ []byte) (localStmt, *pgError) {
+func (l *listening) prepare(s *session, f *rewrite.Findings, sql string, _ []byte) (localStmt, *pgError) {
 	if f.ChannelsWhole != nil {
 		return &channelsStmt{l: l, call: f.ChannelsWhole}, nil
 	}
 	c := f.State[0]
 	op := listenOp{unlisten: c.Kind == rewrite.Unlisten, channel: c.Name}
-	return &listenStmt{l: l, op: op}, nil
+	st := &listenStmt{l: l, op: op}
+	if len(c.Name) == 63 && c.End <= len(sql) {
+		st.notice = truncationNotice(sql[c.Pos:c.End], c.Name)
+	}
+	return st, nil
+}
+
+// truncationNotice is PostgreSQL's NOTICE for a channel name longer than
+// an identifier may be (stmt: the LISTEN or UNLISTEN; name: the channel as
+// truncated); nil when the name was not cut.
+func truncationNotice(stmt, name string) []byte {
+	i := strings.IndexAny(stmt, " \t\r\n")
+	if i < 0 {
+		return nil
+	}
+	raw := strings.TrimSpace(stmt[i:])
+	if strings.HasPrefix(raw, `"`) && strings.HasSuffix(raw, `"`) && len(raw) >= 2 {
+		raw = strings.ReplaceAll(raw[1:len(raw)-1], `""`, `"`)
+	} else {
+		raw = strings.ToLower(raw) // PostgreSQL folds, then truncates
+	}
+	if len(raw) <= len(name) || strings.ContainsAny(raw, "-/") {
+		return nil
+	}
+	return appendError(nil, 'N', &pgError{Severity: "NOTICE", Code: "42622",
+		Message: "identifier \"" + raw + "\" will be truncated to \"" + name + "\""})
 }
 
 // end unlistens everything when the session ends.
@@ -307,6 +334,57 @@ func savepointName(b []byte) string {
 	return strings.ToLower(string(b[:j]))
 }
 
+// applyAll carries out the LISTENs and UNLISTENs of a committed
+// transaction by their net effect, as PostgreSQL applies them at commit: a
+// channel unlistened and listened again in one transaction is listened to
+// throughout (no notification is lost in between).
+func (l *listening) applyAll(s *session, pending []listenOp) *pgError {
+	final := slices.Clone(l.channels)
+	changed := false
+	for _, op := range pending {
+		switch {
+		case op.savepoint != "":
+			continue
+		case op.unlisten && op.channel == "*":
+			final = final[:0]
+		case op.unlisten:
+			final = slices.DeleteFunc(final, func(c string) bool { return c == op.channel })
+		case !slices.Contains(final, op.channel):
+			final = append(final, op.channel)
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	var gone, added []string
+	for _, c := range l.channels {
+		if !slices.Contains(final, c) {
+			gone = append(gone, c)
+		}
+	}
+	for _, c := range final {
+		if !slices.Contains(l.channels, c) {
+			added = append(added, c)
+		}
+	}
+	for i, c := range gone {
+		if i == 0 {
+			l.apply(s, listenOp{unlisten: true, channel: c}) // syncs first
+			continue
+		}
+		l.channels = slices.DeleteFunc(l.channels, func(x string) bool { return x == c })
+		s.srv.hub.Unlisten(s.database, c, l.inbox)
+	}
+	for _, c := range added {
+		if pe := l.apply(s, listenOp{channel: c}); pe != nil {
+			return pe
+		}
+	}
+	l.channels = final // PostgreSQL's order: a channel listened again moves to the end
+	return nil
+}
+
 // note records a LISTEN or UNLISTEN that ran inside a transaction.
 func (l *listening) note(op listenOp) { l.pending = append(l.pending, op) }
 
@@ -335,15 +413,10 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 		}
 		return nil
 	}
-	for _, op := range pending {
-		if op.savepoint != "" {
-			continue
-		}
-		if pe := l.apply(s, op); pe != nil {
-			// The LISTEN committed and lockpool cannot honour it.
-			s.kill(pe.Fatal())
-			return nil
-		}
+	if pe := l.applyAll(s, pending); pe != nil {
+		// The LISTEN committed and lockpool cannot honour it.
+		s.kill(pe.Fatal())
+		return nil
 	}
 	for _, c := range early {
 		if !l.has(c) { // its LISTEN was rolled back to a savepoint, or unlistened after
@@ -441,8 +514,9 @@ type expectKey struct {
 
 // listenStmt is a LISTEN or UNLISTEN, prepared.
 type listenStmt struct {
-	l  *listening
-	op listenOp
+	l      *listening
+	op     listenOp
+	notice []byte // PostgreSQL's NOTICE that the channel name was cut (truncationNotice)
 }
 
 func (st *listenStmt) paramTypes() []uint32 { return nil }
@@ -470,7 +544,7 @@ func (st *listenStmt) run(s *session, _ []int16, withDesc bool) ([]byte, *pgErro
 	if st.op.unlisten {
 		tag = "UNLISTEN"
 	}
-	buf, start := wire.AppendHeader(nil, 'C')
+	buf, start := wire.AppendHeader(append([]byte(nil), st.notice...), 'C')
 	buf = wire.AppendCString(buf, tag)
 	return wire.FinishMsg(buf, start), nil
 }
@@ -523,7 +597,7 @@ func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	}
 	var edits []sqlEdit
 	for _, c := range f.State {
-		if c.Kind != rewrite.Listen && c.Kind != rewrite.Unlisten || c.Stmt == 0 || c.End > len(sql) {
+		if c.Kind != rewrite.Listen && c.Kind != rewrite.Unlisten || c.Stmt == 0 || c.Name == "" || c.End > len(sql) {
 			continue
 		}
 		op := &listenOp{unlisten: c.Kind == rewrite.Unlisten, channel: c.Name}

@@ -820,7 +820,17 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 	}
 	for _, c := range f.State {
 		switch c.Kind {
-		case rewrite.Listen, rewrite.TempTable, rewrite.DeclareHold, rewrite.Prepare, rewrite.Load:
+		case rewrite.Listen:
+			switch s.app.listen {
+			case policy.Reject:
+				in.Listen = true
+			case policy.Pin:
+				if !in.State {
+					in.State, in.StateKind = true, stateReason(c.Kind)
+				}
+			}
+			// Shared: answered by lockpool (listen.go), nothing to pin.
+		case rewrite.TempTable, rewrite.DeclareHold, rewrite.Prepare, rewrite.Load:
 			if !in.State {
 				in.State, in.StateKind = true, stateReason(c.Kind)
 			}
@@ -1028,7 +1038,7 @@ func (s *session) onQuery(n int) error {
 	sql := string(q.SQL)
 	d := s.decide(&f)
 	if h := s.claim(&f, d); h != nil {
-		return s.answerQuery(h, &f)
+		return s.answerQuery(h, &f, sql)
 	}
 	if changesSchema([]byte(sql)) {
 		s.srv.stmts.retire()
