@@ -1,8 +1,8 @@
 package lease
 
 import (
-	"errors"
 
+	"github.com/lockpool/lockpool/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,38 +28,22 @@ type metrics struct {
 	wait prometheus.Histogram
 }
 
-func register[T prometheus.Collector](r prometheus.Registerer, c T) (T, error) {
-	if r == nil {
-		return c, nil
-	}
-	if err := r.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
-}
-
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	var m metrics
 	var err error
-	if m.held, err = register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+	if m.held, err = promreg.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockpool_leases_held",
 		Help: "Leases currently held by this instance's sessions.",
 	})); err != nil {
 		return nil, err
 	}
-	if m.ops, err = register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if m.ops, err = promreg.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockpool_lease_operations_total",
 		Help: "Lease operations by operation (acquire, renew, release, list, keeper_renew) and result (ok, not_held, error, lost, timeout, canceled).",
 	}, []string{"op", "result"})); err != nil {
 		return nil, err
 	}
-	if m.wait, err = register(r, prometheus.NewHistogram(prometheus.HistogramOpts{
+	if m.wait, err = promreg.Register(r, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "lockpool_lease_acquire_wait_seconds",
 		Help:    "Time spent in lease_acquire calls with wait_seconds > 0, whatever the outcome.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},

@@ -3,6 +3,7 @@ package listen
 import (
 	"errors"
 
+	"github.com/lockpool/lockpool/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,24 +23,6 @@ type metrics struct {
 	closed    *prometheus.CounterVec
 }
 
-// register registers c on r, or returns the collector already registered
-// under its name; without a registerer c stays unregistered.
-func register[T prometheus.Collector](r prometheus.Registerer, c T) (T, error) {
-	if r == nil {
-		return c, nil
-	}
-	if err := r.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
-}
-
 // newMetrics makes the collectors and registers them on r (may be nil). A
 // collector that cannot be registered is still counted, unexported, and the
 // error is returned for the caller to log.
@@ -48,27 +31,27 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	reg := func(err error) { errs = append(errs, err) }
 	var err error
-	m.clients, err = register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.clients, err = promreg.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockpool_listen_clients",
 		Help: "Clients listening through a shared listener connection (subscribed to at least one channel).",
 	}))
 	reg(err)
-	m.channels, err = register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.channels, err = promreg.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockpool_listen_channels",
 		Help: "Channels (per database) with at least one listening client.",
 	}))
 	reg(err)
-	m.conns, err = register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.conns, err = promreg.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockpool_listen_connections",
 		Help: "Listener connections open (connecting, listening or closing), at most one live per database.",
 	}))
 	reg(err)
-	m.delivered, err = register(r, prometheus.NewCounter(prometheus.CounterOpts{
+	m.delivered, err = promreg.Register(r, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockpool_notifications_delivered_total",
 		Help: "Notifications handed to listening clients (one per client and notification).",
 	}))
 	reg(err)
-	m.closed, err = register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.closed, err = promreg.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockpool_listen_clients_closed_total",
 		Help: "Listening clients closed, by reason: listener_lost (their listener connection died), max_pending (they did not read their notifications).",
 	}, []string{"reason"}))
