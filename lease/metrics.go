@@ -1,7 +1,6 @@
 package lease
 
 import (
-
 	"github.com/lockpool/lockpool/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
