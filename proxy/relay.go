@@ -580,6 +580,10 @@ func (s *session) setPinned(held bool, reason string) {
 // on a direct connection: nothing it sends after the loss runs. Otherwise the
 // loss is invisible.
 func (s *session) serverLost(err error) error {
+	var handled drainError
+	if errors.As(err, &handled) {
+		return handled.err // drainCopy ran serverLost (or the message's handling) already
+	}
 	var killed *pgError
 	if errors.As(err, &killed) {
 		return err // a kill interrupted the wait: its FATAL ends the session
@@ -690,6 +694,122 @@ func (s *session) watchIdle() error {
 		}
 	}
 }
+
+// watchCopy waits, while the server waits for the client's COPY data, on
+// both sockets at once: the server may end the COPY early (a bad row, a
+// constraint, a trigger's error) and the client must see that error while
+// it is still sending, as it would from PostgreSQL, not after its last row.
+// It returns when the client has something to read, or the COPY ended and
+// the rest of its reply was relayed.
+func (s *session) watchCopy() error {
+	if err := s.flushClient(); err != nil {
+		return err
+	}
+	sc := s.link.sc
+	srv := serverSock(sc)
+	if s.co == nil || srv == nil || !srv.Adopted() || !s.sock.Adopted() || s.r.Buffered() > 0 {
+		return nil // outside the loop (tests): the server is read after the client's CopyDone
+	}
+	for s.copyIn && s.link.sc == sc {
+		if sc.Reader.Buffered() == 0 {
+			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
+			if errors.Is(err, errDeliver) {
+				continue // notifications wait for the statement to end
+			}
+			if err != nil {
+				return err
+			}
+			if which == s.sock {
+				return nil
+			}
+		}
+		more, err := s.drainCopy()
+		if err != nil {
+			return s.serverLost(err)
+		}
+		if !more {
+			break
+		}
+	}
+	if s.link.sc == sc && !s.copyIn && s.asked > 0 {
+		return s.flushBatch() // the rest of the reply (a simple query's ReadyForQuery)
+	}
+	return nil
+}
+
+// drainCopy relays, while a write of COPY data to the server waits, the
+// messages the server sent meanwhile: notices, the CopyInResponse, an
+// error that ends the COPY early. A server that reads its input only as
+// fast as its output is read (a notice per row) would otherwise stop
+// reading lockpool's data while lockpool waits to write it. It stops before
+// a ReadyForQuery (false: read nothing more during this write): that ends a
+// statement, and the pump after the write reads it and runs the safe
+// point. Its errors come back as drainError: already handled.
+func (s *session) drainCopy() (bool, error) {
+	sc := s.link.sc
+	if sc == nil {
+		return false, nil
+	}
+	r := sc.Reader
+	for {
+		head, err := r.Peek(1)
+		if err != nil {
+			return false, drainError{s.serverLost(err)}
+		}
+		if head[0] == 'Z' {
+			return false, s.drainFlush()
+		}
+		typ, n, err := wire.ReadHeader(r)
+		var body []byte
+		if err == nil {
+			body, err = wire.ReadBody(r, n, &s.srvScratch)
+		}
+		if err != nil {
+			return false, drainError{s.serverLost(err)}
+		}
+		if typ == 'E' {
+			s.copyIn = false // the server left COPY: it ignores the rest of the data
+		}
+		if err := s.onServerMessage(typ, body); err != nil {
+			return false, drainError{err}
+		}
+		if s.link.sc != sc {
+			return false, nil
+		}
+		if r.Buffered() == 0 {
+			return true, s.drainFlush()
+		}
+	}
+}
+
+// drainFlush writes what drainCopy relayed to the client.
+func (s *session) drainFlush() error {
+	if err := s.flushClient(); err != nil {
+		return drainError{err}
+	}
+	return nil
+}
+
+// drainError carries an error drainCopy already handled out of the write
+// it interrupted: serverLost returns its err as it is.
+type drainError struct{ err error }
+
+func (e drainError) Error() string {
+	if e.err == nil {
+		return "server connection lost during COPY"
+	}
+	return e.err.Error()
+}
+
+func (e drainError) Unwrap() error { return e.err }
+
+// drainingWriter writes COPY data to the server with drainCopy.
+type drainingWriter struct {
+	c     *evloop.Conn
+	drain func() (bool, error)
+}
+
+func (w drainingWriter) Write(p []byte) (int, error) { return w.c.WriteDraining(p, w.drain) }
 
 // serverSock returns the loop-adoptable socket below sc (nil: none, as for
 // the scripted servers of unit tests).

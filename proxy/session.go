@@ -95,6 +95,7 @@ type session struct {
 	unsynced   bool       // extended-protocol messages went to the server after the last Sync
 	txStatus   byte       // the server's last ReadyForQuery status
 	copyIn     bool       // the server waits for COPY data from the client
+	copyData   bool       // s.sout holds COPY messages: written with drainCopy
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
 	skipping   bool       // discarding client messages until Sync after an error
@@ -338,8 +339,11 @@ func (s *session) dispatch(typ byte, n int) error {
 		}
 		return s.forwardBody(typ, n)
 	case 'd', 'c', 'f':
-		if s.link.sc == nil {
-			return s.discard(n) // no COPY can be running: PostgreSQL would ignore them
+		if !s.copyIn && !s.copyMayStart() {
+			// No COPY runs or can start (none was asked for, or the server
+			// ended it with an error): PostgreSQL ignores these, and so
+			// does lockpool, whatever connection the session holds.
+			return s.discard(n)
 		}
 		// Forwarded even before the server's CopyInResponse was relayed (a
 		// client may send its data right after the COPY statement); the
@@ -351,9 +355,21 @@ func (s *session) dispatch(typ byte, n int) error {
 				r.copyDone = true // the COPY ends before its CopyInResponse is relayed
 			}
 		}
+		s.copyData = true
 		return s.forwardBody(typ, n)
 	}
 	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
+}
+
+// copyMayStart reports whether the server may still answer a statement
+// sent on the session's connection with a CopyInResponse: the last reply
+// owed is a Query's or an Execute's.
+func (s *session) copyMayStart() bool {
+	if s.link.sc == nil {
+		return false
+	}
+	r := s.q.back()
+	return r != nil && (r.kind == replyQuery || r.kind == replyExecute)
 }
 
 // markExecuted records that the client ran a statement (a load, no store,
@@ -376,6 +392,7 @@ func (s *session) end(err error) {
 	case errors.Is(err, wire.ErrProtocol):
 		pe = pgerr.Protocol("%v", err)
 	default:
+		s.srv.log.Debug("session ended", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 		s.out.end(nil, nil)
 		return
 	}
@@ -397,7 +414,10 @@ func (s *session) idleInTransaction() bool {
 // watched meanwhile (notifications, its death: watchIdle), and a client
 // idle inside a transaction gets idle_transaction_timeout to speak.
 func (s *session) idle() error {
-	if s.link.sc == nil || s.q.len() > 0 || s.copyIn {
+	if s.copyIn && s.link.sc != nil {
+		return s.watchCopy()
+	}
+	if s.link.sc == nil || s.q.len() > 0 {
 		return nil
 	}
 	if s.idleTx > 0 && s.txStatus != 'I' {
@@ -541,11 +561,15 @@ func (s *session) forwardBody(typ byte, n int) error {
 		return nil
 	}
 	// Large message: stream it through without holding it in memory.
+	copyData := s.copyData
 	if err := s.writeServer(); err != nil {
 		return err
 	}
 	sc := s.link.sc
 	w := &errWriter{w: sc.Net}
+	if d, ok := sc.Net.(*evloop.Conn); ok && copyData {
+		w.w = drainingWriter{d, s.drainCopy}
+	}
 	if _, err := io.CopyN(w, s.r, int64(n)); err != nil {
 		if w.err != nil {
 			return s.serverLost(w.err)
@@ -571,12 +595,18 @@ func (s *session) writeServer() error {
 		}
 	}
 	var err error
-	if d, ok := sc.Net.(*evloop.Conn); ok {
+	d, ok := sc.Net.(*evloop.Conn)
+	switch {
+	case ok && s.copyData:
+		// COPY data goes now, relaying what the server says meanwhile.
+		s.copyData = false
+		_, err = d.WriteDraining(s.sout, s.drainCopy)
+	case ok:
 		// Sent at the end of the loop's turn with the turn's other
 		// writes (one io_uring submission); a failure shows at the next
 		// read of the replies, which ends in serverLost as well.
 		_, err = d.WriteDeferred(s.sout)
-	} else {
+	default:
 		_, err = sc.Net.Write(s.sout)
 	}
 	s.app.stats.toServer(len(s.sout))

@@ -397,6 +397,76 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return c.writeNow(co, p)
 }
 
+// WriteDraining writes p now, like Write, for the bound coroutine; while
+// the socket takes nothing and has something to read, it calls drain
+// (which reads c) instead of only waiting. It is for a peer that stops
+// reading until its own output is read: a PostgreSQL server sends notices
+// and errors while it reads COPY data, and blocks on a full socket. drain
+// returning false leaves the rest unread (the write then waits for the
+// socket to take more); an error ends the write with it.
+func (c *Conn) WriteDraining(p []byte, drain func() (bool, error)) (int, error) {
+	co := c.owner
+	if co == nil || c.inner != nil {
+		return c.Write(p)
+	}
+	if c.closed.Load() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	if err := c.werr; err != nil {
+		return 0, err
+	}
+	if len(c.wbuf) > 0 {
+		pending := c.wbuf
+		c.wbuf = nil
+		if _, err := c.writeDraining(co, pending, drain); err != nil {
+			return 0, err
+		}
+	}
+	return c.writeDraining(co, p, drain)
+}
+
+// writeDraining is writeNow that drains c while c is not writable.
+func (c *Conn) writeDraining(co *Co, p []byte, drain func() (bool, error)) (int, error) {
+	done := 0
+	draining := true
+	for done < len(p) {
+		s := co.loop.slot(c.fd)
+		if s.ready&writable != 0 {
+			n, err := rawWrite(c.fd, p[done:])
+			switch {
+			case n > 0:
+				done += n
+				if done < len(p) {
+					s.ready &^= writable
+				}
+				continue
+			case err == unix.EAGAIN:
+				s.ready &^= writable
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return done, c.opError("write", os.NewSyscallError("write", err))
+			}
+		}
+		if draining && c.peekReadable(co) {
+			more, err := drain()
+			if err != nil {
+				return done, err
+			}
+			draining = more
+			continue
+		}
+		want := writable
+		if draining {
+			want |= readable
+		}
+		if err := co.wait(c, want, nil, 0, c.wdl); err != nil {
+			return done, c.opError("write", err)
+		}
+	}
+	return done, nil
+}
+
 // writeNow writes p through co's loop.
 func (c *Conn) writeNow(co *Co, p []byte) (int, error) {
 	done := 0
