@@ -955,6 +955,17 @@ func TestPreparedWireErrorAtSync(t *testing.T) {
 		{"duplicate_name", func(o prepObjects) []wireRound {
 			return []wireRound{{send: []pgproto3.FrontendMessage{parse("s", "SELECT 1"), sync, parse("s", "SELECT 2"), sync, bind("s"), exec, sync}}}
 		}, []string{"1 Z:I E:42P05 Z:I 2 D:1 C:SELECT 1 Z:I"}},
+		{"parse_again_after_skipped_close", func(o prepObjects) []wireRound {
+			// The second Parse of "a" closes lockpool's server statement
+			// first; both are skipped after the error, and the server
+			// statement is still there for the third.
+			return []wireRound{
+				{send: []pgproto3.FrontendMessage{parse("a", "SELECT 7"), sync}},
+				{send: []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: "a"}, sync}},
+				{send: []pgproto3.FrontendMessage{parse("bad", "SELEC 1"), parse("a", "SELECT 7"), sync}},
+				{send: []pgproto3.FrontendMessage{parse("a", "SELECT 7"), bind("a"), exec, sync}},
+			}
+		}, []string{"1 Z:I", "3 Z:I", "E:42601 Z:I", "1 2 D:7 C:SELECT 1 Z:I"}},
 		{"error_at_flush", func(o prepObjects) []wireRound {
 			return []wireRound{
 				{send: []pgproto3.FrontendMessage{parse("bad", "SELECT * FROM nosuchtable_prep"), &pgproto3.Flush{}}, read: 1},
@@ -1111,6 +1122,36 @@ func TestPreparedWireParseAfterDrop(t *testing.T) {
 				want = []string{"1 Z:I", "E:42P01 Z:I", "1 2 D:2 C:SELECT 1 Z:I"}
 			}
 			checkTrace(t, tg, wireTrace(t, fe, nc, rounds), want)
+		})
+	}
+}
+
+// TestPreparedTimeoutBetweenParseAndDescribe: a client with a
+// statement_timeout that is slow between its Parse and its Describe gets
+// 57014 from PostgreSQL, with the statement prepared (the extended-protocol
+// messages up to the Sync are one statement to the server's timer), even
+// when lockpool knows the statement's text from before.
+func TestPreparedTimeoutBetweenParseAndDescribe(t *testing.T) {
+	t.Parallel()
+	parse := func(name string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: "SELECT $1::varchar"} }
+	sync := &pgproto3.Sync{}
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			fe, nc := rawClient(t, ctx, d.client)
+			var got []string
+			got = append(got, wireTrace(t, fe, nc, []wireRound{
+				{send: []pgproto3.FrontendMessage{parse("warm"), sync}},
+				{send: []pgproto3.FrontendMessage{&pgproto3.Query{String: "SET statement_timeout = '100ms'"}}, read: 2},
+				{send: []pgproto3.FrontendMessage{parse("slow"), &pgproto3.Flush{}}, read: 1},
+			})...)
+			time.Sleep(300 * time.Millisecond) // the client being slow is the case under test
+			got = append(got, wireTrace(t, fe, nc, []wireRound{
+				{send: []pgproto3.FrontendMessage{&pgproto3.Describe{ObjectType: 'S', Name: "slow"}, sync}},
+				{send: []pgproto3.FrontendMessage{parse("slow"), sync}},
+				{send: []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "slow", Parameters: byteArgs([]string{"x"})}, &pgproto3.Execute{}, sync}},
+			})...)
+			checkTrace(t, tg, got, []string{"1 Z:I", "C:SET Z:I", "1", "E:57014 Z:I", "E:42P05 Z:I", "2 D:x C:SELECT 1 Z:I"})
 		})
 	}
 }

@@ -219,7 +219,7 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
 	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins}
-	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) {
+	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
 		// on a server connection when the client first needs it there, and
@@ -230,6 +230,15 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		return nil
 	}
 	return s.prepareOnServer(st, true)
+}
+
+// timesStatements reports whether the client set a statement_timeout. Its
+// Parse then goes to the server at once, as it would directly: PostgreSQL
+// times the extended-protocol messages up to the Sync as one statement, so
+// a client that is slow between its Parse and its Describe gets 57014
+// with the statement prepared, and must see the same through lockpool.
+func (s *session) timesStatements() bool {
+	return gucDuration(s.params.values()["statement_timeout"]) > 0
 }
 
 // forgetStmt drops a client statement that never came to be.

@@ -23,7 +23,7 @@ type serverState struct {
 	params   map[string]string // lower-case name -> current value, when known
 	synced   string            // fingerprint of the client parameters it matches
 	prepared map[string]uint64 // server statement name -> last use tick
-	stale    map[string]bool   // server statements PostgreSQL reported stale: close before reuse
+	stale    map[string]bool   // server statements to close before reuse: reported stale, or maybe left by a failed batch
 	descs    map[string]uint64 // server statement -> hash of its RowDescription, when seen
 	tick     uint64
 }
@@ -372,7 +372,18 @@ func (s *session) dropServer() {
 // undo reverts the bookkeeping of a message whose reply never came.
 func (s *session) undo(r reply) {
 	if r.added != "" && s.link.st != nil {
-		delete(s.link.st.prepared, r.added)
+		// The Parse failed or was skipped after an earlier error; a Close
+		// of the same name before it may have been skipped too, leaving
+		// the server's statement in place. Which, lockpool cannot tell:
+		// the next Parse of that name closes it first (closing a statement
+		// that does not exist is no error).
+		st := s.link.st
+		delete(st.prepared, r.added)
+		delete(st.descs, r.added)
+		if st.stale == nil {
+			st.stale = make(map[string]bool)
+		}
+		st.stale[r.added] = true
 	}
 	if r.stmt != nil && s.stmts[r.stmt.name] == r.stmt {
 		delete(s.stmts, r.stmt.name)
