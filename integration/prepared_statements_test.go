@@ -1155,3 +1155,60 @@ func TestPreparedTimeoutBetweenParseAndDescribe(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedStatementsView: pg_prepared_statements lists the client's
+// own protocol-level statements by the client's names, as directly (never
+// lockpool's server statements), in the shapes queries use it.
+func TestPreparedStatementsView(t *testing.T) {
+	t.Parallel()
+	queries := []string{
+		"SELECT name, statement, parameter_types::text, from_sql FROM pg_prepared_statements ORDER BY name",
+		"SELECT p.name FROM pg_catalog.pg_prepared_statements p WHERE p.name LIKE 'view%' ORDER BY 1",
+		"SELECT count(*) FROM pg_prepared_statements AS x JOIN (SELECT 'view_a' AS n) y ON x.name = y.n",
+		"SELECT exists(SELECT 1 FROM pg_prepared_statements WHERE name = 'view_b')",
+	}
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			c, err := pgx.Connect(ctx, d.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			var seen []string
+			for _, q := range queries {
+				rows, err := c.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
+				if err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+				if err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				seen = append(seen, fmt.Sprint(vals))
+				if len(seen) == 1 {
+					if _, err := c.Prepare(ctx, "view_a", "SELECT $1::int + 1"); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := c.Prepare(ctx, "view_b", "SELECT $1::text, $2::varchar"); err != nil {
+						t.Fatal(err)
+					}
+					rows, err := c.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
+					if err != nil {
+						t.Fatal(err)
+					}
+					vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+					if err != nil {
+						t.Fatal(err)
+					}
+					seen = append(seen, fmt.Sprint(vals))
+				}
+			}
+			checkTrace(t, tg, seen, []string{
+				"[]",
+				"[[view_a SELECT $1::int + 1 {integer} false] [view_b SELECT $1::text, $2::varchar {text,\"character varying\"} false]]",
+				"[[view_a] [view_b]]", "[[1]]", "[[true]]",
+			})
+		})
+	}
+}

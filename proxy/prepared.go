@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -218,7 +222,7 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if _, exists := s.stmts[nameS]; exists {
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
-	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins}
+	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
 	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
@@ -698,4 +702,77 @@ func (m *parseMemo) add(rest []byte, begins bool) int {
 	m.slots[i].begins = begins
 	m.next = (i + 1) % parseMemoSlots
 	return i
+}
+
+// preparedViewEdits replaces each pg_prepared_statements in a FROM list
+// with the client's statements: the server's view lists lockpool's
+// server statements (lp_…, shared by clients) and none of the client's
+// names. Each client statement is a row with its name and text, the time
+// the client prepared it, and what the server knows of its server
+// statement on this connection (parameter types, plan counts; none while
+// it is not prepared there); the server's own rows that are not lockpool's
+// (SQL PREPARE on a pinned session) follow. The expression keeps the
+// view's row type, whatever the server's version, and its name when the
+// query gives no alias.
+func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
+	if len(f.PreparedViews) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(s.stmts))
+	for name := range s.stmts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("pg_catalog.jsonb_populate_recordset(NULL::pg_catalog.pg_prepared_statements, coalesce((SELECT pg_catalog.jsonb_agg(r) FROM (")
+	if len(names) > 0 {
+		b.WriteString("SELECT coalesce(pg_catalog.to_jsonb(p), '{}') || pg_catalog.jsonb_build_object('name', c.name, 'statement', c.statement, " +
+			"'prepare_time', c.at, 'parameter_types', coalesce(c.types, p.parameter_types), 'from_sql', false, 'generic_plans', coalesce(p.generic_plans, 0), 'custom_plans', coalesce(p.custom_plans, 0)) AS r " +
+			"FROM (VALUES ")
+		for i, name := range names {
+			st := s.stmts[name]
+			query, _, _ := wire.CString(st.parse)
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "(%s, %s, %s, pg_catalog.to_timestamp(%d / 1e6), %s)", escapedLiteral(name), escapedLiteral(st.srvName), escapedLiteral(string(query)), st.at, paramTypesArray(st.params))
+		}
+		b.WriteString(") c(name, srv, statement, at, types) LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = c.srv UNION ALL ")
+	}
+	b.WriteString("SELECT pg_catalog.to_jsonb(p) FROM pg_catalog.pg_prepared_statements p WHERE p.name !~ '^lp_[0-9a-f]{16}$') q(r)), '[]'))")
+	text := b.String()
+	var edits []sqlEdit
+	for _, v := range f.PreparedViews {
+		if v.End > len(sql) {
+			continue
+		}
+		t := text
+		if !v.Aliased {
+			t += " AS pg_prepared_statements"
+		}
+		edits = append(edits, sqlEdit{pos: v.Pos, end: v.End, text: t})
+	}
+	return edits
+}
+
+// paramTypesArray is the regtype[] of a ParameterDescription body, NULL
+// when there is none.
+func paramTypesArray(desc []byte) string {
+	if len(desc) < 2 {
+		return "NULL::pg_catalog.regtype[]"
+	}
+	n := int(binary.BigEndian.Uint16(desc))
+	if len(desc) < 2+4*n {
+		return "NULL::pg_catalog.regtype[]"
+	}
+	var b strings.Builder
+	b.WriteString("'{")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(uint64(binary.BigEndian.Uint32(desc[2+4*i:])), 10))
+	}
+	b.WriteString("}'::pg_catalog.oid[]::pg_catalog.regtype[]")
+	return b.String()
 }

@@ -226,6 +226,9 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 		case 't':
 			if f.op == opPass {
 				s.cout = wire.AppendFrame(s.cout, typ, body)
+				if f.desc != nil && f.desc.params == nil {
+					f.desc.params = append([]byte{}, body...)
+				}
 			}
 		case 'T', 'n':
 			if f.op == opPass {
@@ -593,7 +596,7 @@ func (s *session) setPinned(held bool, reason string) {
 func (s *session) serverLost(err error) error {
 	var handled drainError
 	if errors.As(err, &handled) {
-		return handled.err // drainCopy ran serverLost (or the message's handling) already
+		return handled.err // drainServer ran serverLost (or the message's handling) already
 	}
 	var killed *pgError
 	if errors.As(err, &killed) {
@@ -734,7 +737,7 @@ func (s *session) watchCopy() error {
 				return nil
 			}
 		}
-		more, err := s.drainCopy()
+		more, err := s.drainServer()
 		if err != nil {
 			return s.serverLost(err)
 		}
@@ -748,15 +751,16 @@ func (s *session) watchCopy() error {
 	return nil
 }
 
-// drainCopy relays, while a write of COPY data to the server waits, the
-// messages the server sent meanwhile: notices, the CopyInResponse, an
-// error that ends the COPY early. A server that reads its input only as
-// fast as its output is read (a notice per row) would otherwise stop
-// reading lockpool's data while lockpool waits to write it. It stops before
-// a ReadyForQuery (false: read nothing more during this write): that ends a
-// statement, and the pump after the write reads it and runs the safe
-// point. Its errors come back as drainError: already handled.
-func (s *session) drainCopy() (bool, error) {
+// drainServer relays, while a write to the server waits, the messages
+// the server sent meanwhile: replies to earlier messages of a large batch,
+// notices, a COPY's CopyInResponse or the error that ends it early. A
+// server that stops reading while its own output is unread (a notice per
+// COPY row, a batch whose results fill the socket) would otherwise wait
+// for lockpool as lockpool waits for it. It stops before the
+// ReadyForQuery that ends the last reply owed (false: read nothing more
+// during this write): the pump after the write reads that one and runs the
+// safe point. Its errors come back as drainError: already handled.
+func (s *session) drainServer() (bool, error) {
 	sc := s.link.sc
 	if sc == nil {
 		return false, nil
@@ -767,7 +771,7 @@ func (s *session) drainCopy() (bool, error) {
 		if err != nil {
 			return false, drainError{s.serverLost(err)}
 		}
-		if head[0] == 'Z' {
+		if head[0] == 'Z' && s.q.server <= 1 {
 			return false, s.drainFlush()
 		}
 		typ, n, err := wire.ReadHeader(r)
@@ -779,7 +783,7 @@ func (s *session) drainCopy() (bool, error) {
 			return false, drainError{s.serverLost(err)}
 		}
 		if typ == 'E' {
-			s.copyIn = false // the server left COPY: it ignores the rest of the data
+			s.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
 		}
 		if err := s.onServerMessage(typ, body); err != nil {
 			return false, drainError{err}
@@ -793,7 +797,7 @@ func (s *session) drainCopy() (bool, error) {
 	}
 }
 
-// drainFlush writes what drainCopy relayed to the client.
+// drainFlush writes what drainServer relayed to the client.
 func (s *session) drainFlush() error {
 	if err := s.flushClient(); err != nil {
 		return drainError{err}
@@ -801,7 +805,7 @@ func (s *session) drainFlush() error {
 	return nil
 }
 
-// drainError carries an error drainCopy already handled out of the write
+// drainError carries an error drainServer already handled out of the write
 // it interrupted: serverLost returns its err as it is.
 type drainError struct{ err error }
 
@@ -814,7 +818,7 @@ func (e drainError) Error() string {
 
 func (e drainError) Unwrap() error { return e.err }
 
-// drainingWriter writes COPY data to the server with drainCopy.
+// drainingWriter writes to the server with drainServer.
 type drainingWriter struct {
 	c     *evloop.Conn
 	drain func() (bool, error)

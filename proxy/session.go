@@ -30,6 +30,8 @@ type stmt struct {
 	begins  bool   // the statement opens a transaction block
 	desc    uint64 // hash of the RowDescription the client was given (0: not described)
 	fresh   bool   // answered lazily: prepare afresh at first use, never reuse an older server statement
+	at      int64  // when the client prepared it (Unix microseconds): pg_prepared_statements.prepare_time
+	params  []byte // its ParameterDescription's body, once the client was given one
 }
 
 // sessionExtras is the part of a session that few clients use: held
@@ -95,7 +97,7 @@ type session struct {
 	unsynced   bool       // extended-protocol messages went to the server after the last Sync
 	txStatus   byte       // the server's last ReadyForQuery status
 	copyIn     bool       // the server waits for COPY data from the client
-	copyData   bool       // s.sout holds COPY messages: written with drainCopy
+	copyData   bool       // s.sout holds COPY messages: written now (WriteDraining), not deferred
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
 	skipping   bool       // discarding client messages until Sync after an error
@@ -561,14 +563,13 @@ func (s *session) forwardBody(typ byte, n int) error {
 		return nil
 	}
 	// Large message: stream it through without holding it in memory.
-	copyData := s.copyData
 	if err := s.writeServer(); err != nil {
 		return err
 	}
 	sc := s.link.sc
 	w := &errWriter{w: sc.Net}
-	if d, ok := sc.Net.(*evloop.Conn); ok && copyData {
-		w.w = drainingWriter{d, s.drainCopy}
+	if d, ok := sc.Net.(*evloop.Conn); ok {
+		w.w = drainingWriter{d, s.drainServer}
 	}
 	if _, err := io.CopyN(w, s.r, int64(n)); err != nil {
 		if w.err != nil {
@@ -594,26 +595,30 @@ func (s *session) writeServer() error {
 			return err
 		}
 	}
+	// The bytes being written leave s.sout: a reply relayed meanwhile
+	// (drainServer) may queue a message of its own for the server.
+	out := s.sout
+	s.sout = nil
 	var err error
 	d, ok := sc.Net.(*evloop.Conn)
 	switch {
 	case ok && s.copyData:
 		// COPY data goes now, relaying what the server says meanwhile.
 		s.copyData = false
-		_, err = d.WriteDraining(s.sout, s.drainCopy)
+		_, err = d.WriteDraining(out, s.drainServer)
 	case ok:
 		// Sent at the end of the loop's turn with the turn's other
 		// writes (one io_uring submission); a failure shows at the next
-		// read of the replies, which ends in serverLost as well.
-		_, err = d.WriteDeferred(s.sout)
+		// read of the replies, which ends in serverLost as well. What is
+		// too large to queue is written now, relaying the server's replies
+		// meanwhile.
+		_, err = d.WriteDeferredDraining(out, s.drainServer)
 	default:
-		_, err = sc.Net.Write(s.sout)
+		_, err = sc.Net.Write(out)
 	}
-	s.app.stats.toServer(len(s.sout))
-	if cap(s.sout) > 64<<10 {
-		s.sout = nil
-	} else {
-		s.sout = s.sout[:0]
+	s.app.stats.toServer(len(out))
+	if len(s.sout) == 0 && cap(out) <= 64<<10 {
+		s.sout = out[:0]
 	}
 	if s.askPending {
 		s.asked = s.q.server

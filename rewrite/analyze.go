@@ -158,6 +158,9 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 		createFunc = i < len(st) && (kw(src, st[i], "function") || kw(src, st[i], "procedure"))
 	}
 	a.leading(src, st, depth, body)
+	if !body && !stores {
+		a.preparedViews(src, st)
+	}
 	if createFunc {
 		return // a function body is not run by CREATE: no calls to report
 	}

@@ -17,6 +17,7 @@ import "strings"
 //	';'      a statement start: the next word is a leading keyword
 //	'&'      U&' / U&" (escapes could spell any name)
 //	'p', 'P' the word temp/temporary (SELECT … INTO TEMP)
+//	'_'      pg_prepared_statements (any case)
 //
 // plus a leading keyword at the very start.
 func MayHit(sql string) bool {
@@ -36,6 +37,11 @@ func MayHit(sql string) bool {
 	}
 	for i := indexFrom(s, 1, '&'); i >= 0; i = indexFrom(s, i+1, '&') {
 		if s[i-1]|0x20 == 'u' && i+1 < len(s) && (s[i+1] == '\'' || s[i+1] == '"') {
+			return true
+		}
+	}
+	for i := indexFrom(s, 2, '_'); i >= 0; i = indexFrom(s, i+1, '_') {
+		if s[i-1]|0x20 == 'g' && hasFold(s, i-2, "pg_prepared_statements") {
 			return true
 		}
 	}

@@ -17,6 +17,7 @@ type want struct {
 	notify  []NotifyCall
 	chans   []string   // src[Pos:End] of each ChannelsCalls span
 	whole   *LeaseCall // ChannelsWhole
+	views   []string   // src[Pos:End] of each PreparedViews reference, "+alias" appended when Aliased
 	stmts   int
 	count   bool // check stmts
 }
@@ -52,6 +53,8 @@ func nt(ch, payload string) NotifyCall {
 func notifies(c ...NotifyCall) want { return want{notify: c} }
 
 func chans(text ...string) want { return want{chans: text} }
+
+func views(text ...string) want { return want{views: text} }
 
 func (w want) wholeCh(alias string, star bool) want {
 	w.whole = &LeaseCall{Func: "pg_listening_channels", Alias: alias, Star: star}
@@ -266,6 +269,19 @@ var cases = []tcase{
 		notifies(nt("a", ""), nt("b", ""), nt("c", "d")).n(3)},
 
 	// --- pg_listening_channels
+	// --- pg_prepared_statements in a FROM list
+	{"prepared view", "SELECT name FROM pg_prepared_statements", views("pg_prepared_statements").n(1)},
+	{"prepared view where", "select exists(select 1 from pg_prepared_statements where name = $1)", views("pg_prepared_statements")},
+	{"prepared view qualified", "SELECT * FROM pg_catalog.pg_prepared_statements p", views("pg_catalog.pg_prepared_statements+alias")},
+	{"prepared view AS", `SELECT * FROM PG_PREPARED_STATEMENTS AS "P"`, views("PG_PREPARED_STATEMENTS+alias")},
+	{"prepared view join", "SELECT 1 FROM t JOIN pg_prepared_statements ON true, pg_prepared_statements LEFT JOIN u ON true", views("pg_prepared_statements", "pg_prepared_statements")},
+	{"prepared view quoted", `SELECT 1 FROM "pg_prepared_statements"`, views(`"pg_prepared_statements"`)},
+	{"prepared view other schema", "SELECT 1 FROM public.pg_prepared_statements", none()},
+	{"prepared view column", "SELECT pg_prepared_statements FROM t", none()},
+	{"prepared view in string", "SELECT 'FROM pg_prepared_statements'", none()},
+	{"prepared view stored", "CREATE VIEW v AS SELECT * FROM pg_prepared_statements", none()},
+	{"prepared view function", "SELECT * FROM pg_prepared_statements()", none()},
+	{"prepared view in DO", "DO $$BEGIN PERFORM 1 FROM pg_prepared_statements; END$$", none()},
 	{"channels whole", "SELECT pg_listening_channels()", chans("pg_listening_channels()").wholeCh("", false).n(1)},
 	{"channels whole star qualified", "select * from PG_CATALOG.PG_LISTENING_CHANNELS() AS c; -- x",
 		chans("PG_CATALOG.PG_LISTENING_CHANNELS()").wholeCh("c", true)},
@@ -389,6 +405,17 @@ func check(t *testing.T, c tcase, f Findings) {
 	}
 	if !reflect.DeepEqual(spans, w.chans) {
 		t.Errorf("%s: ChannelsCalls = %q, want %q", c.name, spans, w.chans)
+	}
+	var vs []string
+	for _, v := range f.PreparedViews {
+		text := c.sql[v.Pos:v.End]
+		if v.Aliased {
+			text += "+alias"
+		}
+		vs = append(vs, text)
+	}
+	if !reflect.DeepEqual(vs, w.views) {
+		t.Errorf("%s: PreparedViews = %q, want %q", c.name, vs, w.views)
 	}
 	if !reflect.DeepEqual(f.ChannelsWhole, w.whole) {
 		t.Errorf("%s: ChannelsWhole = %+v, want %+v", c.name, f.ChannelsWhole, w.whole)

@@ -295,11 +295,17 @@ type Findings struct {
 	// [pg_catalog.]pg_listening_channels() [[AS] alias]: Func
 	// "pg_listening_channels", no Args. The call is in ChannelsCalls too.
 	ChannelsWhole *LeaseCall
+	// PreparedViews are the FROM-list references to pg_prepared_statements
+	// (unqualified or pg_catalog-qualified), in order, outside DO bodies
+	// and statements that store their text (CREATE, ALTER, PREPARE): the
+	// server's view shows lockpool's statement names, so lockpool replaces
+	// each with the client's statements.
+	PreparedViews []ViewRef
 	Statements    int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
 // Hit reports whether anything at all was found.
 func (f Findings) Hit() bool {
 	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
-		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil
+		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0
 }

@@ -397,6 +397,16 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return c.writeNow(co, p)
 }
 
+// WriteDeferredDraining is WriteDeferred whose large writes go through
+// WriteDraining: what it cannot queue is written now, reading c meanwhile
+// with drain while c takes nothing.
+func (c *Conn) WriteDeferredDraining(p []byte, drain func() (bool, error)) (int, error) {
+	if c.owner == nil || c.inner != nil || len(c.wbuf)+len(p) > maxDeferred {
+		return c.WriteDraining(p, drain)
+	}
+	return c.WriteDeferred(p)
+}
+
 // WriteDraining writes p now, like Write, for the bound coroutine; while
 // the socket takes nothing and has something to read, it calls drain
 // (which reads c) instead of only waiting. It is for a peer that stops

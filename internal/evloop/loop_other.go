@@ -61,13 +61,18 @@ func Wrap(nc net.Conn) *Conn {
 	return &Conn{nc}
 }
 
-// Bind, Unbind, Flush, DropDeferred, Adopted, WriteDeferred and WriteDraining: see the Linux implementation.
+// Bind, Unbind, Flush, DropDeferred, Adopted, WriteDeferred, WriteDeferredDraining and WriteDraining: see the Linux implementation.
 func (c *Conn) Bind(co *Co) error                   { return errUnsupported }
 func (c *Conn) Unbind()                             {}
 func (c *Conn) DropDeferred()                       {}
 func (c *Conn) Flush() error                        { return nil }
 func (c *Conn) Adopted() bool                       { return false }
 func (c *Conn) WriteDeferred(p []byte) (int, error) { return c.Write(p) }
+
+// WriteDeferredDraining is Write: without a loop nothing drains.
+func (c *Conn) WriteDeferredDraining(p []byte, drain func() (bool, error)) (int, error) {
+	return c.Write(p)
+}
 
 // WriteDraining is Write: without a loop nothing drains.
 func (c *Conn) WriteDraining(p []byte, drain func() (bool, error)) (int, error) {
