@@ -47,6 +47,7 @@ type options struct {
 	admin       string
 	pid         int
 	concurrency int
+	senders     int
 	drain       time.Duration
 }
 
@@ -69,10 +70,11 @@ func main() {
 	flag.StringVar(&o.admin, "admin", "", "lockpool admin URL, e.g. http://127.0.0.1:9930, for /metrics (optional)")
 	flag.IntVar(&o.pid, "pid", 0, "lockpool's process id, for its RSS from /proc/<pid>/status (optional)")
 	flag.IntVar(&o.concurrency, "connect-concurrency", 32, "client connections opened at once")
+	flag.IntVar(&o.senders, "senders", 4, "sending connections (each sends every senders-th NOTIFY on the common schedule)")
 	flag.DurationVar(&o.drain, "drain", 10*time.Second, "after the last NOTIFY, how long to wait for outstanding deliveries")
 	flag.Parse()
-	if o.dsn == "" || o.clients < 1 || o.rate <= 0 || o.duration <= 0 || o.concurrency < 1 {
-		fmt.Fprintln(os.Stderr, "listenbench: -dsn is required; -clients, -rate, -duration and -connect-concurrency must be positive")
+	if o.dsn == "" || o.clients < 1 || o.rate <= 0 || o.duration <= 0 || o.concurrency < 1 || o.senders < 1 {
+		fmt.Fprintln(os.Stderr, "listenbench: -dsn is required; -clients, -rate, -duration, -connect-concurrency and -senders must be positive")
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
@@ -157,38 +159,62 @@ func run(o options) error {
 		}(c)
 	}
 
-	// Sender.
-	sender, err := pgx.Connect(ctx, o.dsn)
-	if err != nil {
-		stopWait()
-		wg.Wait()
-		return fmt.Errorf("sender connect: %w", err)
+	// Senders: seq goes to sender seq % senders, each on the common
+	// schedule, so one slow round trip does not hold the others back.
+	senders := make([]*pgx.Conn, o.senders)
+	for i := range senders {
+		c, err := pgx.Connect(ctx, o.dsn)
+		if err != nil {
+			stopWait()
+			wg.Wait()
+			return fmt.Errorf("sender connect: %w", err)
+		}
+		defer c.Close(context.Background())
+		senders[i] = c
 	}
-	defer sender.Close(context.Background())
 	interval := time.Duration(float64(time.Second) / o.rate)
 	start := time.Now()
-	sent, sendErrs, lateMax := 0, 0, time.Duration(0)
-	for seq := 0; seq < maxSeq; seq++ {
-		due := start.Add(time.Duration(seq) * interval)
-		if due.Sub(start) >= o.duration {
-			break
-		}
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		} else if -d > lateMax {
-			lateMax = -d
-		}
-		payload := strconv.Itoa(seq) + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
-		if _, err := sender.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload); err != nil {
-			sendErrs++
-			logf("notify %d: %v", seq, err)
-			if sendErrs > 20 {
-				break
+	var (
+		sendMu                  sync.Mutex
+		sent, sendErrs, lateMax = 0, 0, time.Duration(0)
+		swg                     sync.WaitGroup
+	)
+	for i, sender := range senders {
+		swg.Add(1)
+		go func(i int, sender *pgx.Conn) {
+			defer swg.Done()
+			for seq := i; seq < maxSeq; seq += len(senders) {
+				due := start.Add(time.Duration(seq) * interval)
+				if due.Sub(start) >= o.duration {
+					return
+				}
+				late := time.Duration(0)
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				} else {
+					late = -d
+				}
+				payload := strconv.Itoa(seq) + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
+				_, err := sender.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload)
+				sendMu.Lock()
+				if late > lateMax {
+					lateMax = late
+				}
+				if err != nil {
+					sendErrs++
+					logf("notify %d: %v", seq, err)
+				} else {
+					sent++
+				}
+				stop := sendErrs > 20
+				sendMu.Unlock()
+				if stop {
+					return
+				}
 			}
-			continue
-		}
-		sent++
+		}(i, sender)
 	}
+	swg.Wait()
 	sendTook := time.Since(start)
 	logf("sent %d notifications in %v (sender at most %v behind schedule)", sent, sendTook.Round(time.Millisecond), lateMax.Round(time.Millisecond))
 
@@ -216,6 +242,7 @@ func run(o options) error {
 	rssEnd, _ := rss(ctx, o)
 	var metrics []string
 	if o.admin != "" {
+		var err error
 		metrics, err = listenMetrics(ctx, o.admin)
 		if err != nil {
 			logf("metrics: %v", err)
