@@ -117,6 +117,12 @@ type Server struct {
 	consoles map[*console]struct{} // admin console connections (console.go), under mu
 
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
+	// signalKey authenticates the signal requests other instances of the
+	// cluster forward to this one (clustersignal.go); nil without a cluster.
+	signalKey []byte
+	// ends are closed when their session has ended and cleaned up, for
+	// pg_terminate_backend's timeout (signal.go); under mu.
+	ends map[*session]chan struct{}
 }
 
 // New builds a Server from a validated config. It does not listen yet.

@@ -1228,4 +1228,5 @@ func (s *session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
+	s.srv.sessionEnded(s)
 }
