@@ -377,6 +377,8 @@ func decodeIntParam(raw []byte, format int16, ptyp, typ uint32, n int) (int64, *
 		if v, pe = parseIntText(string(raw), typ); pe != nil {
 			return 0, pe
 		}
+	case len(raw) < intSize(ptyp):
+		return 0, pgerr.New(pgerr.ProtocolViolation, "insufficient data left in message", "")
 	default:
 		return 0, pgerr.New(pgerr.InvalidBinaryRepresentation, fmt.Sprintf("incorrect binary data format in bind parameter %d", n), "")
 	}
@@ -384,6 +386,20 @@ func decodeIntParam(raw []byte, format int16, ptyp, typ uint32, n int) (int64, *
 		return 0, pgerr.New(pgerr.NumericValueOutOfRange, intTypeName(typ)+" out of range", "")
 	}
 	return v, nil
+}
+
+// intSize is the size of a binary value of integer type typ (0 for
+// another type).
+func intSize(typ uint32) int {
+	switch typ {
+	case oidInt2:
+		return 2
+	case oidInt4:
+		return 4
+	case oidInt8:
+		return 8
+	}
+	return 0
 }
 
 // signalPortal is a bound signal call.
@@ -403,7 +419,7 @@ func (p *signalPortal) run(s *session, formats []int16, withDesc bool) ([]byte, 
 		return p.reply(nil, nil, formats, withDesc), nil
 	}
 	if c.Terminate() && p.timeout < 0 {
-		return nil, pgerr.New(pgerr.InvalidParameterValue, `"timeout" must not be negative`, "")
+		return nil, pgerr.New(pgerr.NumericValueOutOfRange, `"timeout" must not be negative`, "")
 	}
 	if !isKeyPID(p.pid) {
 		return s.passSignal(p, formats, withDesc)

@@ -71,7 +71,8 @@ func TestDecodeIntParam(t *testing.T) {
 		{"binary int2", []byte{0, 7}, 1, oidInt2, oidInt4, 7, ""},
 		{"binary int8 as timeout", i8, 1, oidInt8, oidInt8, 1 << 40, ""},
 		{"binary int8 cast to int, too large", i8, 1, oidInt8, oidInt4, 0, "22003"},
-		{"binary wrong length", i4, 1, oidInt8, oidInt8, 0, "22P03"},
+		{"binary too short", i4, 1, oidInt8, oidInt8, 0, "08P01"},
+		{"binary too long", i8, 1, oidInt4, oidInt4, 0, "22P03"},
 		{"binary text", []byte("9"), 1, oidText, oidInt4, 9, ""},
 	} {
 		v, pe := decodeIntParam(tc.raw, tc.format, tc.ptyp, tc.typ, 1)
