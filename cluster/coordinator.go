@@ -52,7 +52,7 @@ type Options struct {
 	InstanceID string        // instance_id; a random suffix makes the row's key unique per start
 	TTL        time.Duration // cluster.ttl
 	Heartbeat  time.Duration // tick interval
-	// Advertise returns the address forwarded cancel requests reach this
+	// Advertise returns the address forwarded cancel and signal requests reach this
 	// instance on ("" while unknown).
 	Advertise func() string
 	// SignalKey is the key the signal requests other instances forward to

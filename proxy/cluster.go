@@ -87,7 +87,7 @@ func clusterApps(started, cur *config.Config) []cluster.App {
 	return out
 }
 
-// clusterAdvertise is the address other instances forward cancel requests
+// clusterAdvertise is the address other instances forward cancel and signal requests
 // for this instance's clients to: cluster.advertise, else the client
 // listener's address.
 func (s *Server) clusterAdvertise() string {
