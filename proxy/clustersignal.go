@@ -50,6 +50,9 @@ const (
 	signalKeyLen       = 32
 	signalRequestMin   = 4 + 1 + 8 + 1 + 1 // pid, action, timeout, admin flag, empty user
 	signalForwardSlack = 3 * time.Second   // beyond the timeout: dial, challenge, the kill or the cancel request itself
+	// signalMaxWait bounds the timeout a forwarded terminate waits for its
+	// client to end (a session ends within it or not at all).
+	signalMaxWait = 24 * time.Hour
 )
 
 // signalWire is each signalResult's byte on the wire.
@@ -105,7 +108,7 @@ func parseSignalRequest(b []byte) (signalRequest, error) {
 		return r, fmt.Errorf("unknown signal action %q", b[4])
 	}
 	ms := binary.BigEndian.Uint64(b[5:])
-	if ms > uint64(24*time.Hour/time.Millisecond) {
+	if ms > uint64(signalMaxWait/time.Millisecond) {
 		return r, errors.New("signal request timeout out of range")
 	}
 	r.timeout = time.Duration(ms) * time.Millisecond
@@ -131,6 +134,7 @@ func (s *Server) forwardSignal(ctx context.Context, n int, r signalRequest) (sig
 	if err != nil || len(key) != signalKeyLen {
 		return signalUnreachable, fmt.Errorf("instance %d takes no signal requests (a lockpool without them?)", n)
 	}
+	r.timeout = min(r.timeout, signalMaxWait)
 	res, err := exchangeSignal(ctx, p.Address, key, r)
 	switch {
 	case ctx.Err() != nil:
