@@ -52,9 +52,14 @@ type Options struct {
 	InstanceID string        // instance_id; a random suffix makes the row's key unique per start
 	TTL        time.Duration // cluster.ttl
 	Heartbeat  time.Duration // tick interval
-	// Advertise returns the address forwarded cancel requests reach this
+	// Advertise returns the address forwarded cancel and signal requests reach this
 	// instance on ("" while unknown).
 	Advertise func() string
+	// SignalKey is the key the signal requests other instances forward to
+	// this one are authenticated with (the proxy's, hex-encoded); it is
+	// written to this instance's row, where the others read it. "": none
+	// (the others forward it no signal request).
+	SignalKey string
 	// Connect opens the coordination connection.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Apps returns the cluster applications of the configuration in force.
@@ -76,7 +81,7 @@ type Coordinator struct {
 
 	mu       sync.Mutex
 	number   int                           // this instance's number (0: not registered)
-	peers    map[int]string                // number -> address, live instances
+	peers    map[int]Peer                  // by number: the live instances
 	view     View                          // the last tick's picture
 	apps     map[string]bool               // the cluster applications (names)
 	peak     map[string]struct{ c, p int } // app -> demand peak since the last tick
@@ -133,7 +138,7 @@ func New(opts Options) (*Coordinator, error) {
 		t:       newTables(opts.Schema),
 		id:      opts.InstanceID + "/" + hex.EncodeToString(b[:]),
 		m:       opts.Metrics,
-		peers:   map[int]string{},
+		peers:   map[int]Peer{},
 		apps:    map[string]bool{},
 		ensured: map[string]bool{},
 		dialOK:  map[string]bool{},
@@ -213,12 +218,24 @@ func (c *Coordinator) Number() int {
 	return c.number
 }
 
+// Peer is what an instance knows of another live instance of its cluster.
+type Peer struct {
+	Address   string // where it takes forwarded cancel and signal requests
+	SignalKey string // the key its signal requests are authenticated with ("": none)
+}
+
 // Peer returns the advertised address of live instance number n.
 func (c *Coordinator) Peer(n int) (string, bool) {
+	p, ok := c.PeerInfo(n)
+	return p.Address, ok
+}
+
+// PeerInfo returns live instance number n, when it advertises an address.
+func (c *Coordinator) PeerInfo(n int) (Peer, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, ok := c.peers[n]
-	return a, ok && a != ""
+	p, ok := c.peers[n]
+	return p, ok && p.Address != ""
 }
 
 // Snapshot returns the last tick's picture of the cluster.
@@ -440,14 +457,14 @@ func (c *Coordinator) register(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "lockpool cluster "+c.opts.Cluster); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS i (cluster, instance, number, address, coord_pid, coord_start)
-SELECT $1, $2, n, $3, pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
+		return tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS i (cluster, instance, number, address, signal_key, coord_pid, coord_start)
+SELECT $1, $2, n, $3, $4, pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
 FROM generate_series(1, %[2]d) n
 WHERE n NOT IN (SELECT number FROM %[1]s WHERE cluster = $1 AND instance <> $2)
 ORDER BY n LIMIT 1
 ON CONFLICT (cluster, instance) DO UPDATE SET coord_pid = excluded.coord_pid, coord_start = excluded.coord_start,
-  address = excluded.address, heartbeat_at = now()
-RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address()).Scan(&n, &inserted)
+  address = excluded.address, signal_key = excluded.signal_key, heartbeat_at = now()
+RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address(), c.opts.SignalKey).Scan(&n, &inserted)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("cluster %q already has %d instances", c.opts.Cluster, maxNumber)
@@ -751,26 +768,27 @@ func (c *Coordinator) refreshView(ctx context.Context) error {
 			return err
 		}
 	}
-	rows, err := c.conn.Query(ctx, fmt.Sprintf(`SELECT instance, number, address, extract(epoch FROM now() - heartbeat_at)::float8,
+	rows, err := c.conn.Query(ctx, fmt.Sprintf(`SELECT instance, number, address, signal_key, extract(epoch FROM now() - heartbeat_at)::float8,
   heartbeat_at > now() - $2::float8 * interval '1 second'
 FROM %s WHERE cluster = $1 ORDER BY number`, c.t.instances), c.opts.Cluster, ttl)
 	if err != nil {
 		return err
 	}
 	var v View
-	peers := map[int]string{}
+	peers := map[int]Peer{}
 	live := map[string]bool{}
 	for rows.Next() {
 		var iv InstanceView
 		var age float64
-		if err := rows.Scan(&iv.Instance, &iv.Number, &iv.Address, &age, &iv.Live); err != nil {
+		var key string
+		if err := rows.Scan(&iv.Instance, &iv.Number, &iv.Address, &key, &age, &iv.Live); err != nil {
 			rows.Close()
 			return err
 		}
 		iv.HeartbeatAge = time.Duration(age * float64(time.Second))
 		iv.Self = iv.Instance == c.id
 		if iv.Live {
-			peers[iv.Number] = iv.Address
+			peers[iv.Number] = Peer{Address: iv.Address, SignalKey: key}
 			live[iv.Instance] = true
 		}
 		v.Instances = append(v.Instances, iv)

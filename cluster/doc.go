@@ -9,7 +9,8 @@
 //   - Three tables in the leases schema of that database, created at first
 //     use under pg_advisory_xact_lock(MigrationLockKey):
 //     cluster_instances (one row per running instance: its number, the
-//     address it takes forwarded cancel requests on, its heartbeat, the pid
+//     address it takes forwarded cancel requests on, the key the signal
+//     requests forwarded to it are authenticated with, its heartbeat, the pid
 //     and backend_start of its coordination backend), cluster_apps (one row
 //     per cluster and application, the lock every slot change takes) and
 //     cluster_slots (per cluster, application and instance: the server

@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS %[2]s (
   PRIMARY KEY (cluster, instance),
   UNIQUE (cluster, number)
 );
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS signal_key text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS %[3]s (
   cluster text NOT NULL,
   app text NOT NULL,

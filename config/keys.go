@@ -283,7 +283,7 @@ var keys = []key{
 		meaning: "how often an instance heartbeats and rebalances its slots; `0` means `ttl` / 10; must be less than `ttl` / 2",
 		at:      func(k any) any { return &k.(*Cluster).Heartbeat }},
 	{path: "cluster.advertise", kind: kindString, def: "", shown: "the client listener's address", check: hostPort(true),
-		meaning: "host:port other instances forward cancel requests for this instance's clients to",
+		meaning: "host:port other instances forward cancel and signal requests for this instance's clients to",
 		at:      func(k any) any { return &k.(*Cluster).Advertise }},
 
 	{path: "notifications", kind: kindSection,

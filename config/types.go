@@ -97,7 +97,7 @@ type Cluster struct {
 	Database  string        // database: where the cluster tables live
 	TTL       time.Duration // ttl: an instance silent this long is dead
 	Heartbeat time.Duration // heartbeat: 0 means TTL/10
-	Advertise string        // advertise: host:port for forwarded cancel requests ("" = the listener's)
+	Advertise string        // advertise: host:port for forwarded cancel and signal requests ("" = the listener's)
 }
 
 // HeartbeatEvery is the heartbeat interval in force: Heartbeat, or TTL/10

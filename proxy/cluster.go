@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // Cluster budgets (budget_scope: cluster): the proxy builds the cluster
 // package's Coordinator when the configuration has a cluster section and a
 // cluster application, and serves SHOW CLUSTER, /debug/cluster and the
-// cancel forwarding (clustercancel.go) from it.
+// cancel and signal forwarding (clustercancel.go, clustersignal.go) from it.
 
 // startCluster registers the cluster metrics (always, so
 // lockpool_cluster_instances reads 0 without a cluster) and, when the
@@ -33,6 +34,7 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 	}
 	cc := cfg.Cluster
 	connCfg := ownConnConfig(cfg)
+	s.signalKey = newSignalKey()
 	c, err := cluster.New(cluster.Options{
 		Cluster:    cc.Name,
 		Schema:     cfg.Leases.Schema,
@@ -40,6 +42,7 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 		TTL:        cc.TTL,
 		Heartbeat:  cc.HeartbeatEvery(),
 		Advertise:  s.clusterAdvertise,
+		SignalKey:  hex.EncodeToString(s.signalKey),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			pc, err := connCfg(cc.Database)
 			if err != nil {
@@ -84,7 +87,7 @@ func clusterApps(started, cur *config.Config) []cluster.App {
 	return out
 }
 
-// clusterAdvertise is the address other instances forward cancel requests
+// clusterAdvertise is the address other instances forward cancel and signal requests
 // for this instance's clients to: cluster.advertise, else the client
 // listener's address.
 func (s *Server) clusterAdvertise() string {

@@ -2,22 +2,30 @@ package proxy
 
 import (
 	"encoding/binary"
+	"math"
 	"net"
 	"time"
 )
 
-// Cancel forwarding between the instances of a cluster. A client's
-// BackendKeyData pid carries the number of the instance serving it in bits
-// 23–30 (numbers 1–255, from cluster_instances; the low 23 bits count
-// sessions, bit 31 stays 0 so the pid is a positive int32 as libpq expects).
-// A CancelRequest whose pid names another live instance is sent on, as the
-// same 16-byte packet, to the address that instance advertises; the
-// receiving instance finds the number is its own and cancels locally. A pid
-// without a number (no cluster, or not registered yet) is always local.
+// Key pids. The pid of a client's BackendKeyData is its identity for
+// cancel requests, pg_cancel_backend and pg_terminate_backend (signal.go),
+// so it must never be a PostgreSQL backend's pid: every key pid is at
+// least 2^22 (Linux's PID_MAX_LIMIT; no process id reaches it) and a
+// positive int32, as libpq expects. Bits 23–30 carry the number of the
+// cluster instance serving the client (1–255, from cluster_instances); a
+// pid without a number (no cluster, or not registered yet) lies in
+// [2^22, 2^23) and is always this instance's. The low bits count sessions.
+//
+// Cancel forwarding between the instances of a cluster: a CancelRequest
+// whose pid names another live instance is sent on, as the same 16-byte
+// packet, to the address that instance advertises; the receiving instance
+// finds the number is its own and cancels locally.
 
 const (
 	pidNumberShift = 23
 	pidLowMask     = 1<<pidNumberShift - 1
+	// keyPIDBase is the lowest key pid: PID_MAX_LIMIT of 64-bit Linux.
+	keyPIDBase = 1 << 22
 	// cancelForwardTimeout bounds the connection to the peer and the write.
 	cancelForwardTimeout = 500 * time.Millisecond
 )
@@ -25,19 +33,28 @@ const (
 // keyPID is the pid lockpool hands a new session, from its session
 // counter: with a cluster number the number goes in the high bits.
 func (s *Server) keyPID(counter uint32) uint32 {
-	if s.cluster == nil {
-		return counter
+	n := 0
+	if s.cluster != nil {
+		n = s.cluster.Number()
 	}
-	n := s.cluster.Number()
-	if n <= 0 {
-		return counter & pidLowMask // no number: never forwarded
-	}
-	low := counter & pidLowMask
-	if low == 0 {
-		low = 1
-	}
-	return uint32(n)<<pidNumberShift | low
+	return keyPIDOf(n, counter)
 }
+
+// keyPIDOf is the key pid of session counter on instance number n (0: no
+// number).
+func keyPIDOf(n int, counter uint32) uint32 {
+	if n <= 0 || n > 255 {
+		return keyPIDBase | counter&(keyPIDBase-1)
+	}
+	return uint32(n)<<pidNumberShift | counter&pidLowMask
+}
+
+// isKeyPID reports whether pid is shaped like a key pid lockpool hands
+// out (it may name no client).
+func isKeyPID(pid int64) bool { return pid >= keyPIDBase && pid <= math.MaxInt32 }
+
+// pidNumber is the cluster instance number a key pid carries (0: none).
+func pidNumber(pid uint32) int { return int(pid >> pidNumberShift) }
 
 // forwardCancel sends a CancelRequest for another instance's client on to
 // that instance and reports whether it did (false: the key is this
@@ -46,7 +63,7 @@ func (s *Server) forwardCancel(pid, secret uint32) bool {
 	if s.cluster == nil {
 		return false
 	}
-	n := int(pid >> pidNumberShift)
+	n := pidNumber(pid)
 	if n == 0 || n == s.cluster.Number() {
 		return false
 	}

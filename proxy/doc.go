@@ -65,7 +65,9 @@
 // applications' pool limits at run time, SHOW CLUSTER shows its last
 // picture, and a CancelRequest whose key names another instance of the
 // cluster is forwarded to it (clustercancel.go: the instance's number rides
-// in bits 23–30 of the pid register hands out).
+// in bits 23–30 of the pid register hands out; every such key pid is at
+// least 2^22, so none is a backend's pid), as is a pg_terminate_backend or
+// pg_cancel_backend of its client (clustersignal.go).
 //
 // # States of the server link
 //
@@ -99,7 +101,9 @@
 //     A statement lockpool answers itself is claimed by one of the local
 //     kinds (handler.go: lease calls in lease.go, advisory calls held under
 //     advisory_locks: hold in hold.go, LISTEN, UNLISTEN and
-//     pg_listening_channels() under listen: shared in listen.go): the kind
+//     pg_listening_channels() under listen: shared in listen.go,
+//     pg_terminate_backend and pg_cancel_backend of a key pid in
+//     signal.go): the kind
 //     prepares it, and the core binds, describes and runs it in the
 //     client's protocol, in its place in the reply order. A new kind is a
 //     new entry of localKinds and touches no other file of the core.

@@ -216,6 +216,12 @@ func FuzzSession(f *testing.F) {
 	f.Add(append(fzMsg('P', []byte("s1\x00SELECT 1\x00\x00\x00")), fzMsg('C', []byte("Ss1\x00"))...))
 	f.Add(fzMsg('Q', []byte("SELECT pg_advisory_lock(1); LISTEN x\x00")))
 	f.Add(fzMsg('Q', []byte("SELECT lease_acquire('a', 10)\x00")))
+	f.Add(fzMsg('Q', []byte("SELECT pg_terminate_backend(4194305, 10)\x00")))
+	f.Add(bytes.Join([][]byte{ // a bound pid that is no client's: sent on to the (unreachable) server
+		fzMsg('P', []byte("\x00SELECT pg_terminate_backend($1, $2)\x00\x00\x00")),
+		fzMsg('B', []byte("\x00\x00\x00\x00\x00\x02\x00\x00\x00\x0512345\x00\x00\x00\x015\x00\x00")),
+		fzMsg('E', []byte("\x00\x00\x00\x00\x00")), fzMsg('S'),
+	}, nil))
 	f.Add(bytes.Join([][]byte{fzMsg('d', []byte("abc")), fzMsg('c'), fzMsg('f', []byte("x\x00")), fzMsg('H')}, nil))
 	f.Add([]byte{'Q', 0, 0, 0, 4})
 	f.Add([]byte{'P', 0, 0, 0, 5, 0})

@@ -9,7 +9,8 @@ import (
 )
 
 // Statements lockpool answers itself (lease calls, advisory calls held
-// under advisory_locks: hold, LISTEN under listen: shared) go through one
+// under advisory_locks: hold, LISTEN under listen: shared,
+// pg_terminate_backend and pg_cancel_backend of a key pid) go through one
 // small interface. The session core asks each kind in localKinds, in
 // order, whether an analysed statement is its own (claims); the first that
 // says so prepares it (localHandler.prepare), and the core runs what it
@@ -89,13 +90,14 @@ type localKind struct {
 }
 
 // numLocalKinds is len(localKinds), for the array of per-session handlers.
-const numLocalKinds = 3
+const numLocalKinds = 4
 
 // localKinds are asked in this order.
 var localKinds = [numLocalKinds]localKind{
 	{name: "lease", claims: leaseClaims, open: openLeases},
 	{name: "hold", claims: heldClaims, open: openHeld},
 	{name: "listen", claims: listenClaims, open: openListen},
+	{name: "signal", claims: signalClaims, open: openSignal},
 }
 
 // localStmtEntry is a client's prepared statement that lockpool answers.

@@ -98,7 +98,7 @@ type Server struct {
 	bufs        *wire.BufferPool    // client read buffers, lent while data flows
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
-	nextPID     uint32
+	nextPID     uint32                    // session counter (keyPID)
 	draining    bool
 	wg          sync.WaitGroup // client connections
 	acceptors   sync.WaitGroup // running Serve loops (Handoff waits for them)
@@ -117,6 +117,12 @@ type Server struct {
 	consoles map[*console]struct{} // admin console connections (console.go), under mu
 
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
+	// signalKey authenticates the signal requests other instances of the
+	// cluster forward to this one (clustersignal.go); nil without a cluster.
+	signalKey []byte
+	// ends are closed when their session has ended and cleaned up, for
+	// pg_terminate_backend's timeout (signal.go); under mu.
+	ends map[*session]chan struct{}
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -138,7 +144,7 @@ func New(opts Options) (*Server, error) {
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
-	s.nextPID = binary.BigEndian.Uint32(pid[:])&0x3fffffff | 0x10000
+	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
 	s.metrics = newMetrics(opts.Registerer)
 	rc, err := s.buildRuntime(opts.Config)
 	if err != nil {
@@ -433,10 +439,7 @@ func (s *Server) register(ss *session) bool {
 	var pid uint32
 	for {
 		s.nextPID++
-		if s.nextPID == 0 || s.nextPID > 0x7fffffff {
-			s.nextPID = 0x10000
-		}
-		pid = s.keyPID(s.nextPID) // with the cluster instance's number (clustercancel.go)
+		pid = s.keyPID(s.nextPID) // ≥ 2^22, with the cluster instance's number (clustercancel.go)
 		if _, taken := s.sessions[pid]; !taken {
 			break
 		}

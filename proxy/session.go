@@ -1263,4 +1263,5 @@ func (s *session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
+	s.srv.sessionEnded(s)
 }

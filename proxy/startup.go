@@ -108,6 +108,8 @@ func (s *Server) handleConn(nc net.Conn) {
 	})
 }
 
+// errCancelHandled ends a connection that carried a cancel request or a
+// forwarded signal request: it was answered, no session follows.
 var errCancelHandled = errors.New("cancel request handled")
 
 // errStartupLength is an invalid startup packet length word: PostgreSQL
@@ -167,6 +169,9 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 			if len(body) >= 8 {
 				s.cancelSession(binary.BigEndian.Uint32(body), binary.BigEndian.Uint32(body[4:]))
 			}
+			return conn, br, nil, errCancelHandled
+		case code == codeSignalRequest:
+			s.serveSignalRequest(conn, br, body) // another instance of the cluster (clustersignal.go)
 			return conn, br, nil, errCancelHandled
 		case code == codeSSLRequest && !sslDone:
 			if s.tlsConf != nil && br.Buffered() > 0 {
@@ -468,6 +473,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	buf = wire.AppendReadyForQuery(buf, 'I')
 	if _, err := conn.Write(buf); err != nil {
 		s.unregister(ss)
+		s.sessionEnded(ss)
 		return nil, err
 	}
 	admitted = false // the session gives its place back when it ends

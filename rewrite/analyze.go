@@ -60,12 +60,18 @@ type analyzer struct {
 	advWhole   *AdvisoryCall
 	advTried   bool       // advWhole was looked for (in the first statement with an advisory call)
 	chanWhole  *LeaseCall // candidate whole-statement pg_listening_channels() call
-	top        int        // number of the top-level statement being analysed; 0 inside a DO body
+	// signalCalls counts the pg_terminate_backend and pg_cancel_backend
+	// calls of top-level statements; signalWhole is the first one when its
+	// statement is the whole call.
+	signalCalls int
+	signalWhole *SignalCall
+	top         int // number of the top-level statement being analysed; 0 inside a DO body
 }
 
 // Analyze lexes sql and reports advisory-lock calls, lease calls,
 // session-state statements, GUC changes, NOTIFY statements and pg_notify
-// calls, and pg_listening_channels() calls. It runs MayHit first and
+// calls, pg_listening_channels() calls, and a statement that is one
+// pg_terminate_backend or pg_cancel_backend call. It runs MayHit first and
 // returns the zero Findings (Statements 0) without lexing when it is false.
 func Analyze(sql string) Findings {
 	if !MayHit(sql) {
@@ -91,6 +97,9 @@ func analyze(sql string) Findings {
 	}
 	if a.chanWhole != nil && a.f.Statements == 1 && len(a.f.ChannelsCalls) == 1 && len(a.chanWhole.Args) == 0 {
 		a.f.ChannelsWhole = a.chanWhole
+	}
+	if a.signalWhole != nil && a.signalCalls == 1 && a.f.Statements == 1 {
+		a.f.Signal = a.signalWhole
 	}
 	return a.f
 }
@@ -224,6 +233,8 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 			a.f.Notifies = append(a.f.Notifies, notifyCall(src, st, i+1))
 		case !stores && identIs(src, t, "pg_listening_channels"):
 			a.channelsCall(src, st, i, hasQual)
+		case signalOf(src, t) != "":
+			a.signalCall(src, st)
 		}
 	}
 }

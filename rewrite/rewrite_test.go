@@ -18,6 +18,7 @@ type want struct {
 	chans   []string   // src[Pos:End] of each ChannelsCalls span
 	whole   *LeaseCall // ChannelsWhole
 	views   []string   // src[Pos:End] of each PreparedViews reference, "+alias" appended when Aliased
+	signal  *SignalCall
 	stmts   int
 	count   bool // check stmts
 }
@@ -60,6 +61,13 @@ func (w want) wholeCh(alias string, star bool) want {
 	w.whole = &LeaseCall{Func: "pg_listening_channels", Alias: alias, Star: star}
 	return w
 }
+
+// sig is a whole-statement signal call.
+func sig(fn, alias string, args ...Arg) want {
+	return want{signal: &SignalCall{Func: fn, Args: args, Alias: alias}}
+}
+
+func (w want) star() want { w.signal.Star = true; return w }
 
 func (w want) plus(o want) want {
 	w.state = append(w.state, o.state...)
@@ -304,6 +312,36 @@ var cases = []tcase{
 	{"channels in view", "CREATE VIEW v AS SELECT pg_listening_channels()", none()},
 	{"channels in prepare", "PREPARE q AS SELECT pg_listening_channels()", st(Prepare, "q")},
 	{"channels in default", "ALTER TABLE t ALTER c SET DEFAULT pg_listening_channels()", none()},
+
+	// --- pg_terminate_backend and pg_cancel_backend as whole statements
+	{"terminate literal", "SELECT pg_terminate_backend(4194305)", sig(TerminateBackend, "", nArg("4194305")).n(1)},
+	{"terminate param", "select pg_terminate_backend($1)", sig(TerminateBackend, "", pArg(1))},
+	{"terminate timeout", "SELECT pg_terminate_backend($1, $2);", sig(TerminateBackend, "", pArg(1), pArg(2)).n(1)},
+	{"terminate literal timeout", "SELECT pg_terminate_backend(4194305, 5000)", sig(TerminateBackend, "", nArg("4194305"), nArg("5000"))},
+	{"terminate alias", "SELECT pg_terminate_backend($1) AS done", sig(TerminateBackend, "done", pArg(1))},
+	{"terminate bare alias", `SELECT pg_terminate_backend($1) "Done"`, sig(TerminateBackend, "Done", pArg(1))},
+	{"terminate qualified upper", "SELECT PG_CATALOG.PG_TERMINATE_BACKEND(12)", sig(TerminateBackend, "", nArg("12"))},
+	{"terminate quoted", `SELECT "pg_terminate_backend"('12')`, sig(TerminateBackend, "", sArg("12"))},
+	{"terminate star", "SELECT * FROM pg_terminate_backend($1) t", sig(TerminateBackend, "t", pArg(1)).star()},
+	{"terminate cast", "SELECT pg_terminate_backend($1::int)", sig(TerminateBackend, "", Arg{Kind: ArgParam, Param: 1, Cast: "int"})},
+	{"terminate null", "SELECT pg_terminate_backend(NULL)", sig(TerminateBackend, "", Arg{Kind: ArgNull})},
+	{"terminate no args", "SELECT pg_terminate_backend()", sig(TerminateBackend, "")},
+	{"terminate unicode name", `SELECT U&"pg\005fterminate_backend"(1)`, sig(TerminateBackend, "", nArg("1"))},
+	{"cancel literal", "SELECT pg_cancel_backend(4194305)", sig(CancelBackend, "", nArg("4194305"))},
+	{"cancel param alias", "select pg_catalog.pg_cancel_backend($1) as ok", sig(CancelBackend, "ok", pArg(1))},
+	{"cancel comment before paren", "SELECT pg_cancel_backend /* x */ ($1)", sig(CancelBackend, "", pArg(1))},
+	{"terminate from pg_stat_activity", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'x'", none()},
+	{"terminate expression arg", "SELECT pg_terminate_backend(pg_backend_pid())", none()},
+	{"terminate two calls", "SELECT pg_terminate_backend(1), pg_cancel_backend(2)", none()},
+	{"terminate two statements", "SELECT pg_terminate_backend(1); SELECT 1", none().n(2)},
+	{"terminate second statement", "SELECT 1; SELECT pg_terminate_backend(1)", none().n(2)},
+	{"terminate other schema", "SELECT x.pg_terminate_backend(1)", none()},
+	{"terminate in DO body", "DO $$BEGIN PERFORM pg_terminate_backend(1); END$$", none()},
+	{"terminate in string", "SELECT 'pg_terminate_backend(1)'", none()},
+	{"terminate where clause", "SELECT pg_terminate_backend(1) WHERE true", none()},
+	{"terminate column alias list", "SELECT * FROM pg_terminate_backend(1) AS t(x)", none()},
+	{"terminate with lease", "SELECT pg_terminate_backend(1), lease_renew('x')", mention()},
+	{"terminate name prefix", "SELECT pg_terminate_backends(1)", none()},
 	{"create temp table", "CREATE TEMP TABLE t1 (id int)", st(TempTable, "t1")},
 	{"create temporary table if not exists", "create temporary table if not exists T2 as select 1", st(TempTable, "t2")},
 	{"create local temp", "CREATE LOCAL TEMPORARY TABLE t3 (x int) ON COMMIT DELETE ROWS", st(TempTable, "t3")},
@@ -419,6 +457,9 @@ func check(t *testing.T, c tcase, f Findings) {
 	}
 	if !reflect.DeepEqual(f.ChannelsWhole, w.whole) {
 		t.Errorf("%s: ChannelsWhole = %+v, want %+v", c.name, f.ChannelsWhole, w.whole)
+	}
+	if !reflect.DeepEqual(f.Signal, w.signal) {
+		t.Errorf("%s: Signal = %+v, want %+v", c.name, f.Signal, w.signal)
 	}
 	if w.count {
 		if n := CountStatements(c.sql); n != w.stmts {
@@ -600,6 +641,7 @@ func FuzzAnalyze(f *testing.F) {
 	f.Add("DO U&'\\0070g_advisory_lock(1)' ")
 	f.Add("BEGIN; LISTEN a; NOTIFY a, 'x'; SELECT pg_notify($1, E'\\x41'), pg_catalog.pg_listening_channels(); COMMIT")
 	f.Add(`LISTEN U&"!0041" UESCAPE '!'; UNLISTEN *; select * from "pg_listening_channels"() c`)
+	f.Add(`SELECT pg_catalog."pg_terminate_backend"($1, '5000') AS "x"; -- pg_cancel_backend(2)`)
 	f.Fuzz(func(t *testing.T, s string) {
 		full := analyze(s)
 		if full.Hit() && !MayHit(s) {
@@ -656,6 +698,9 @@ func checkLocations(t *testing.T, s string, f Findings) {
 	}
 	if f.ChannelsWhole != nil && (len(f.ChannelsCalls) != 1 || f.Statements != 1 || len(f.ChannelsWhole.Args) != 0) {
 		t.Fatalf("%q: ChannelsWhole %+v with %d calls, %d statements", s, f.ChannelsWhole, len(f.ChannelsCalls), f.Statements)
+	}
+	if f.Signal != nil && f.Statements != 1 {
+		t.Fatalf("%q: Signal %+v with %d statements", s, f.Signal, f.Statements)
 	}
 	for _, n := range f.Notifies {
 		if n.Known && n.ChannelParam != 0 || n.KnownPayload && n.PayloadParam != 0 || n.ChannelParam < 0 || n.PayloadParam < 0 {

@@ -135,6 +135,21 @@ type LeaseCall struct {
 	Star  bool   // the SELECT * FROM form
 }
 
+// SignalCall is a statement that is, as a whole, one call of
+// pg_terminate_backend or pg_cancel_backend with constant or $n arguments:
+// SELECT [* FROM] [pg_catalog.]pg_terminate_backend(args) [[AS] alias]
+// (any case, the name quoted or not). The number of arguments and their
+// kinds are not checked here.
+type SignalCall struct {
+	Func  string // TerminateBackend or CancelBackend
+	Args  []Arg
+	Alias string // the column (or FROM) alias, decoded; "" when none
+	Star  bool   // the SELECT * FROM form
+}
+
+// Terminate reports a pg_terminate_backend call (else pg_cancel_backend).
+func (c *SignalCall) Terminate() bool { return c.Func == TerminateBackend }
+
 // StateKind is a kind of session-state statement.
 type StateKind uint8
 
@@ -301,11 +316,16 @@ type Findings struct {
 	// server's view shows lockpool's statement names, so lockpool replaces
 	// each with the client's statements.
 	PreparedViews []ViewRef
-	Statements    int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
+	// Signal is set when the whole text is one statement (an optional
+	// trailing ';' aside) that is one pg_terminate_backend or
+	// pg_cancel_backend call (see SignalCall), and the text calls neither
+	// function anywhere else.
+	Signal     *SignalCall
+	Statements int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
 // Hit reports whether anything at all was found.
 func (f Findings) Hit() bool {
 	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
-		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0
+		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || f.Signal != nil
 }
