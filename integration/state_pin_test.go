@@ -456,3 +456,62 @@ func TestStateCleanReturn(t *testing.T) {
 	stExec(t, next, "DROP TABLE "+n)
 	l.wantPinned(t, app.name, "", 0)
 }
+
+// TestStatePinListenWhileBusy: a pinned listener that keeps running
+// statements gets every notification, also those that arrive while
+// lockpool runs its own exchanges on its connection (the probe after each
+// statement, a settings read-back).
+func TestStatePinListenWhileBusy(t *testing.T) {
+	t.Parallel()
+	app := stPinApp("stlistenbusy")
+	_, listener := stStart(t, app)
+	ctx := testenv.Context(t, time.Minute)
+	ch := uniqueName(t, "lp_busy")
+	stExec(t, listener, "LISTEN "+ch)
+	sender := superConn(t, "appdb")
+	const n = 400
+	sent := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := sender.Exec(ctx, fmt.Sprintf("NOTIFY %s, '%d'", ch, i)); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	got := map[string]int{}
+	busy := true
+	for busy {
+		select {
+		case err := <-sent:
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy = false
+		default:
+		}
+		stExec(t, listener, "SET application_name = 'busy'") // a read-back and a probe after each
+		for {
+			wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+			nt, err := listener.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			got[nt.Payload]++
+		}
+	}
+	for len(got) < n {
+		nt, err := stNotification(listener, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%d of %d notifications arrived: %v", len(got), n, err)
+		}
+		got[nt.Payload]++
+	}
+	for p, k := range got {
+		if k != 1 {
+			t.Errorf("notification %s arrived %d times", p, k)
+		}
+	}
+}

@@ -244,7 +244,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 	}
 	var perr *pgError
 	var ps []byte
-	err := readUntilReady(sc, func(typ byte, body []byte) {
+	err := readUntilReady(sc, s.relayNotifications(func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
 			if perr == nil {
@@ -275,7 +275,7 @@ func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 			v, _, _ := wire.CString(rest)
 			st.params[lower(string(k))] = string(v)
 		}
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []strin
 	}
 	held := make(map[string]string, len(read))
 	var perr error
-	err := readUntilReady(sc, func(typ byte, body []byte) {
+	err := readUntilReady(sc, s.relayNotifications(func(typ byte, body []byte) {
 		switch typ {
 		case 'E':
 			perr = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
@@ -373,7 +373,7 @@ func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []strin
 				}
 			})
 		}
-	})
+	}))
 	if err != nil {
 		return err
 	}

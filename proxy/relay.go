@@ -462,7 +462,7 @@ func (s *session) safePoint() error {
 			}
 		}
 		if probe && err == nil {
-			held, reason, err = probeConn(sc)
+			held, reason, err = probeConn(sc, s.relayNotifications)
 		}
 		if err != nil {
 			if isConnError(err) {
@@ -885,8 +885,10 @@ const probeSQL = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktyp
 
 var probeReasons = [...]string{"advisory_lock", "listen", "temp_table", "cursor", "prepare", "role"}
 
-// probeConn runs probeSQL on sc, which nobody else uses meanwhile.
-func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
+// probeConn runs probeSQL on sc, which nobody else uses meanwhile. relay
+// (nil: none) gets the messages of no exchange that arrive meanwhile
+// (session.relayNotifications).
+func probeConn(sc *pool.Conn, relay func(func(byte, []byte)) func(byte, []byte)) (held bool, reason string, err error) {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, probeSQL)); err != nil {
@@ -894,14 +896,18 @@ func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 	}
 	var row []byte
 	var perr error
-	err = readUntilReady(sc, func(typ byte, body []byte) {
+	read := func(typ byte, body []byte) {
 		switch typ {
 		case 'D':
 			row = append(row[:0], body...)
 		case 'E':
 			perr = fmt.Errorf("%w: probe failed: %s", errRefused, pgerr.FromBody(body).Message)
 		}
-	})
+	}
+	if relay != nil {
+		read = relay(read)
+	}
+	err = readUntilReady(sc, read)
 	if err != nil {
 		return false, "", err
 	}
@@ -917,6 +923,20 @@ func probeConn(sc *pool.Conn) (held bool, reason string, err error) {
 		}
 	})
 	return held, reason, nil
+}
+
+// relayNotifications wraps the reader of one of lockpool's own exchanges
+// on the session's server connection (a probe, a settings read-back): a
+// notification that arrives meanwhile (listen: pin) is the client's and
+// goes to it, not to fn.
+func (s *session) relayNotifications(fn func(typ byte, body []byte)) func(typ byte, body []byte) {
+	return func(typ byte, body []byte) {
+		if typ == 'A' {
+			s.cout = wire.AppendFrame(s.cout, typ, body)
+			return
+		}
+		fn(typ, body)
+	}
 }
 
 // readUntilReady reads server messages up to and including ReadyForQuery,
@@ -982,7 +1002,7 @@ func (s *session) resetServer(sc *pool.Conn) bool {
 		st.params[k] = v
 	}
 	st.synced = ""
-	held, _, err := probeConn(sc)
+	held, _, err := probeConn(sc, nil)
 	return err == nil && !held
 }
 
