@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/lockpool/lockpool/internal/testenv"
 )
@@ -82,5 +85,38 @@ func TestCopyDataBehindStatement(t *testing.T) {
 	var n int
 	if err := su.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("rows copied: %d, %v", n, err)
+	}
+}
+
+// TestHugePipelinedBatch: a batch of 50,000 extended-protocol queries and
+// one Sync, written by the client while it reads the replies, is answered
+// whole and in order: lockpool relays the server's replies while its own
+// writes to the server wait, and never waits for the rest of a reply the
+// server keeps in its buffer until it gets more input.
+func TestHugePipelinedBatch(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "")
+	ctx := testenv.Context(t, time.Minute)
+	pc, err := pgconn.Connect(ctx, l.dsn("app", "appdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	const n = 50000
+	b := &pgconn.Batch{}
+	for i := 0; i < n; i++ {
+		b.ExecParams("SELECT $1::text", [][]byte{[]byte(strconv.Itoa(i))}, nil, nil, nil)
+	}
+	res, err := pc.ExecBatch(ctx, b).ReadAll()
+	if err != nil {
+		t.Fatalf("after %d results: %v", len(res), err)
+	}
+	if len(res) != n {
+		t.Fatalf("%d results, want %d", len(res), n)
+	}
+	for i, r := range res {
+		if len(r.Rows) != 1 || string(r.Rows[0][0]) != strconv.Itoa(i) {
+			t.Fatalf("result %d: %q", i, r.Rows)
+		}
 	}
 }

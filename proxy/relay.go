@@ -725,7 +725,7 @@ func (s *session) watchCopy() error {
 		return nil // outside the loop (tests): the server is read after the client's CopyDone
 	}
 	for s.copyIn && s.link.sc == sc {
-		if sc.Reader.Buffered() == 0 {
+		if _, whole, large := sc.Reader.NextReady(); !whole && !large {
 			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
 			if errors.Is(err, errDeliver) {
 				continue // notifications wait for the statement to end
@@ -766,21 +766,38 @@ func (s *session) drainServer() (bool, error) {
 		return false, nil
 	}
 	r := sc.Reader
+	read := false
 	for {
-		head, err := r.Peek(1)
-		if err != nil {
-			return false, drainError{s.serverLost(err)}
-		}
-		if head[0] == 'Z' && s.q.server <= 1 {
-			return false, s.drainFlush()
-		}
-		typ, n, err := wire.ReadHeader(r)
+		var typ byte
 		var body []byte
-		if err == nil {
-			body, err = wire.ReadBody(r, n, &s.srvScratch)
-		}
-		if err != nil {
-			return false, drainError{s.serverLost(err)}
+		head, whole, large := r.NextReady()
+		switch {
+		case large:
+			// Larger than the buffer: PostgreSQL writes such a message
+			// whole, so reading to its end does not wait on lockpool.
+			t, n, err := wire.ReadHeader(r)
+			if err == nil {
+				body, err = wire.ReadBody(r, n, &s.srvScratch)
+			}
+			if err != nil {
+				return false, drainError{s.serverLost(err)}
+			}
+			typ = t
+		case whole:
+			if head == 'Z' && s.q.server <= 1 {
+				return false, s.drainFlush()
+			}
+			typ, body, _ = r.Next()
+		case !read:
+			// One read of what is there: the rest of a message may wait
+			// in the server's buffer for input lockpool has not written.
+			read = true
+			if err := r.FillOnce(); err != nil {
+				return false, drainError{s.serverLost(err)}
+			}
+			continue
+		default:
+			return true, s.drainFlush()
 		}
 		if typ == 'E' {
 			s.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
@@ -790,9 +807,6 @@ func (s *session) drainServer() (bool, error) {
 		}
 		if s.link.sc != sc {
 			return false, nil
-		}
-		if r.Buffered() == 0 {
-			return true, s.drainFlush()
 		}
 	}
 }

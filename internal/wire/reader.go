@@ -310,6 +310,28 @@ func (b *Reader) Next() (typ byte, body []byte, ok bool) {
 	return buf[0], buf[headerLen : l+1 : l+1], true
 }
 
+// NextReady reports, without reading or consuming anything, the next
+// message's type and whether all of it is in the buffer (whole), or its
+// length word says it never fits the buffer or is bad (large: Header and
+// Body read it, or report it). Both are false while not even its header
+// is all buffered.
+func (b *Reader) NextReady() (typ byte, whole, large bool) {
+	l := b.bufferedLen()
+	if l < 0 {
+		return 0, false, false
+	}
+	typ = (*b.bp)[b.r]
+	if l < 4 || l+1 > b.pool.size {
+		return typ, false, true
+	}
+	return typ, l+1 <= b.w-b.r, false
+}
+
+// FillOnce reads once into the buffer, however little arrives: for a
+// caller that knows the connection is readable and must not wait for the
+// rest of a message.
+func (b *Reader) FillOnce() error { return b.fill() }
+
 // Fill reads until the next message is all in the buffer, when it can be:
 // after ok, Next returns it. ok is false, with nothing read, when the
 // message's length word is bad or the message is larger than the buffer;
