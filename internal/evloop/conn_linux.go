@@ -114,7 +114,7 @@ func (c *Conn) Flush() error {
 		}
 		pending := c.wbuf
 		c.wbuf = nil
-		if _, err := c.writeNow(co, pending); err != nil {
+		if _, err := c.writeNow(co, pending, nil); err != nil {
 			c.werr = err
 		}
 	}
@@ -372,7 +372,10 @@ func (c *Conn) unqueue() {
 }
 
 // Write implements net.Conn.
-func (c *Conn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) { return c.write(p, nil) }
+
+// write is Write, and WriteDraining when drain is not nil.
+func (c *Conn) write(p []byte, drain func() (bool, error)) (int, error) {
 	if c.inner != nil {
 		return c.inner.Write(p)
 	}
@@ -390,11 +393,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 		// Deferred bytes go first.
 		pending := c.wbuf
 		c.wbuf = nil
-		if _, err := c.writeNow(co, pending); err != nil {
+		if _, err := c.writeNow(co, pending, drain); err != nil {
 			return 0, err
 		}
 	}
-	return c.writeNow(co, p)
+	return c.writeNow(co, p, drain)
 }
 
 // WriteDeferredDraining is WriteDeferred whose large writes go through
@@ -415,30 +418,15 @@ func (c *Conn) WriteDeferredDraining(p []byte, drain func() (bool, error)) (int,
 // returning false leaves the rest unread (the write then waits for the
 // socket to take more); an error ends the write with it.
 func (c *Conn) WriteDraining(p []byte, drain func() (bool, error)) (int, error) {
-	co := c.owner
-	if co == nil || c.inner != nil {
-		return c.Write(p)
-	}
-	if c.closed.Load() {
-		return 0, c.opError("write", net.ErrClosed)
-	}
-	if err := c.werr; err != nil {
-		return 0, err
-	}
-	if len(c.wbuf) > 0 {
-		pending := c.wbuf
-		c.wbuf = nil
-		if _, err := c.writeDraining(co, pending, drain); err != nil {
-			return 0, err
-		}
-	}
-	return c.writeDraining(co, p, drain)
+	return c.write(p, drain)
 }
 
-// writeDraining is writeNow that drains c while c is not writable.
-func (c *Conn) writeDraining(co *Co, p []byte, drain func() (bool, error)) (int, error) {
+// writeNow writes p through co's loop; with drain (not nil) it calls
+// drain instead of only waiting while c takes nothing and has something
+// to read, until drain says false.
+func (c *Conn) writeNow(co *Co, p []byte, drain func() (bool, error)) (int, error) {
 	done := 0
-	draining := true
+	draining := drain != nil
 	for done < len(p) {
 		s := co.loop.slot(c.fd)
 		if s.ready&writable != 0 {
@@ -473,36 +461,6 @@ func (c *Conn) writeDraining(co *Co, p []byte, drain func() (bool, error)) (int,
 		if err := co.wait(c, want, nil, 0, c.wdl); err != nil {
 			return done, c.opError("write", err)
 		}
-	}
-	return done, nil
-}
-
-// writeNow writes p through co's loop.
-func (c *Conn) writeNow(co *Co, p []byte) (int, error) {
-	done := 0
-	s := co.loop.slot(c.fd)
-	for done < len(p) {
-		if s.ready&writable != 0 {
-			n, err := rawWrite(c.fd, p[done:])
-			switch {
-			case n > 0:
-				done += n
-				if done < len(p) {
-					s.ready &^= writable
-				}
-				continue
-			case err == unix.EAGAIN:
-				s.ready &^= writable
-			case err == unix.EINTR:
-				continue
-			case err != nil:
-				return done, c.opError("write", os.NewSyscallError("write", err))
-			}
-		}
-		if err := co.wait(c, writable, nil, 0, c.wdl); err != nil {
-			return done, c.opError("write", err)
-		}
-		s = co.loop.slot(c.fd)
 	}
 	return done, nil
 }
@@ -667,7 +625,7 @@ func (c *Conn) Close() error {
 		}
 		pending := c.wbuf
 		c.wbuf = nil
-		_, _ = c.writeNow(co, pending)
+		_, _ = c.writeNow(co, pending, nil)
 	}
 	if c.closed.Swap(true) {
 		return c.opError("close", net.ErrClosed)
