@@ -1,0 +1,4 @@
+'use strict'
+const helper = require('./../test-helper')
+
+module.exports = helper
