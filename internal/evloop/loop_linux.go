@@ -155,6 +155,7 @@ func (l *Loop) Post(fn func()) {
 	if wake {
 		one := [8]byte{1}
 		// A non-blocking eventfd: cannot block, so no syscall bookkeeping.
+		raceReadRange(unsafe.Pointer(&one[0]), len(one))
 		_, _, _ = unix.RawSyscall(unix.SYS_WRITE, uintptr(l.efd), uintptr(unsafe.Pointer(&one[0])), 8)
 	}
 }
@@ -230,8 +231,15 @@ func (l *Loop) poll() int {
 		if e != 0 {
 			return 0
 		}
+		l.eventsWritten(int(r))
 		return int(r)
 	}
+}
+
+// eventsWritten tells the race detector that epoll_pwait wrote n events
+// into l.events (see raceWriteRange).
+func (l *Loop) eventsWritten(n int) {
+	raceWriteRange(unsafe.Pointer(&l.events[0]), n*int(unsafe.Sizeof(l.events[0])))
 }
 
 // busyWait is the longest park waits in epoll_wait on the loop's own
@@ -281,6 +289,7 @@ func (l *Loop) park() int {
 		return 0 // EINTR: a signal; the caller loops
 	case r > 0:
 		l.quiet = 0
+		l.eventsWritten(int(r))
 		return int(r)
 	case wait == ms:
 		return 0 // the deadline came
@@ -322,6 +331,7 @@ func (l *Loop) parkIdle(deadline time.Time) int {
 			return e != unix.EINTR
 		}
 		n = int(r)
+		l.eventsWritten(n)
 		return n > 0
 	}) // an error is the deadline: nothing ready
 	return n
@@ -355,7 +365,10 @@ func (l *Loop) dispatch(n int) {
 		fd := int(ev.Fd)
 		if fd == l.efd {
 			var b [8]byte
-			_, _, _ = unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
+			r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
+			if e == 0 {
+				raceWriteRange(unsafe.Pointer(&b[0]), int(r))
+			}
 			ev.Fd = -1
 			continue
 		}
