@@ -30,7 +30,11 @@
 //     carries MSG_DONTWAIT, so the kernel finishes it (bytes taken, or
 //     EAGAIN) inside that one call: nothing is in flight when the call
 //     returns, and what a socket did not take waits for its EPOLLOUT as
-//     before. A deferred write that fails is reported by the owner's next
+//     before. Should the call fail, or return before every completion is
+//     there, the loop waits for the operations the kernel took (or cancels
+//     them and waits for the cancellation) before any buffer goes back to
+//     its owner: no path leaves the kernel writing into, or reading from,
+//     Go memory after the submission (ring.submit). A deferred write that fails is reported by the owner's next
 //     Write, and by its next Read that finds nothing to read (the peer
 //     will not answer what it never got).
 //   - Receives the other way round: when epoll reports several sockets

@@ -471,8 +471,13 @@ func (l *Loop) receiveAll() {
 	l.recvq = l.recvq[:0]
 }
 
-// received takes the result of the ring's receive for l.recvq[tag].
+// received takes the result of the ring's receive for l.recvq[tag]. One
+// the kernel cancelled did not happen: Read, resumed because its socket is
+// readable, receives for itself.
 func (l *Loop) received(tag uint64, res int32) {
+	if -res == int32(unix.ECANCELED) {
+		return
+	}
 	co := l.recvq[tag]
 	co.rres, co.rdone = res, true
 	l.ringReceives++
@@ -490,7 +495,7 @@ func (l *Loop) sent(tag uint64, res int32) {
 		if cap(c.wbuf) > 4<<10 {
 			c.wbuf = nil
 		}
-	case res == 0 || -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR):
+	case res == 0 || -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR) || -res == int32(unix.ECANCELED):
 		return // flushDeferred tries again and waits for writability
 	default:
 		c.failDeferred(l, unix.Errno(-res))
