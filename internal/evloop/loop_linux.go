@@ -73,9 +73,10 @@ type Loop struct {
 	timers timerHeap
 	flushq []*Conn // connections with deferred writes this turn
 	recvq  []*Co   // coroutines in Read whose sockets are readable (receiveAll)
-	// ringReceives counts receives done through the ring (for tests; read
-	// it after Stop).
+	// ringReceives and ringSends count receives and sends done through the
+	// ring (for tests; read them after Stop).
 	ringReceives int
+	ringSends    int
 	ring         *ring // batches the turn's sends (nil: no io_uring)
 	spare        []*Co // finished coroutines, kept to run the next Go
 	// Spares go after spareIdle with no Go: goRan says Go ran since an
@@ -488,6 +489,7 @@ func (l *Loop) sent(tag uint64, res int32) {
 	c := l.flushq[tag]
 	switch {
 	case res > 0:
+		l.ringSends++
 		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[res:])]
 		if len(c.wbuf) > 0 {
 			return // flushDeferred writes the rest
