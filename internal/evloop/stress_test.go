@@ -229,6 +229,15 @@ func TestStressTwoLoops(t *testing.T) {
 			for _, c := range done {
 				<-c
 			}
+			// A ring that failed would have been closed (the loop goes on
+			// with one call each): in the io_uring mode both must have kept it.
+			for k, l := range loops {
+				kept := make(chan bool, 1)
+				l.Post(func() { kept <- l.ring != nil })
+				if !<-kept && ring {
+					t.Errorf("loop %d gave up its ring", k)
+				}
+			}
 			loops[0].Stop()
 			loops[1].Stop()
 			stopped = true
