@@ -507,10 +507,12 @@ func (co *Co) Quiet(nc net.Conn) (quiet, known bool) {
 func (c *Conn) peekNow(s *slot) bool {
 	var b [1]byte
 	for {
-		_, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(c.fd), uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 		var err error
 		if e != 0 {
 			err = e
+		} else {
+			raceWriteRange(unsafe.Pointer(&b[0]), int(r))
 		}
 		switch err {
 		case unix.EINTR:
@@ -530,15 +532,22 @@ func (c *Conn) peekNow(s *slot) bool {
 // The socket calls skip read(2) and write(2)'s file layer (the position
 // lock, the permission and notification hooks), and MSG_NOSIGNAL makes a
 // write to a closed peer return EPIPE without raising SIGPIPE.
+//
+// Without the syscall package they also lack its race annotations: they
+// tell the race detector themselves what the kernel wrote (raceWriteRange)
+// and what it may read (raceReadRange), so that `go test -race` sees a
+// goroutine touching a buffer while a read or write uses it.
 func rawRead(fd int, p []byte) (int, error) {
 	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), 0, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
+	raceWriteRange(unsafe.Pointer(unsafe.SliceData(p)), int(r))
 	return int(r), nil
 }
 
 func rawWrite(fd int, p []byte) (int, error) {
+	raceReadRange(unsafe.Pointer(unsafe.SliceData(p)), len(p))
 	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
 	if e != 0 {
 		return 0, e

@@ -30,7 +30,11 @@
 //     carries MSG_DONTWAIT, so the kernel finishes it (bytes taken, or
 //     EAGAIN) inside that one call: nothing is in flight when the call
 //     returns, and what a socket did not take waits for its EPOLLOUT as
-//     before. A deferred write that fails is reported by the owner's next
+//     before. Should the call fail, or return before every completion is
+//     there, the loop waits for the operations the kernel took (or cancels
+//     them and waits for the cancellation) before any buffer goes back to
+//     its owner: no path leaves the kernel writing into, or reading from,
+//     Go memory after the submission (ring.submit). A deferred write that fails is reported by the owner's next
 //     Write, and by its next Read that finds nothing to read (the peer
 //     will not answer what it never got).
 //   - Receives the other way round: when epoll reports several sockets
@@ -73,4 +77,107 @@
 //     (how the pool checks an idle server connection before reuse).
 //   - GOMAXPROCS is raised to one more than the loops running in the
 //     process (each loop's thread keeps its P while it waits).
+//
+// # What the loop guarantees to callers
+//
+//   - A loop goroutine and the coroutines it drives never run at the same
+//     time: a coroutine runs only while the loop is inside resume, and two
+//     coroutines of one loop never run together. State owned by a loop
+//     needs no lock; coroutines of different loops do run in parallel.
+//   - Functions given to Post run on the loop goroutine, in the order
+//     posted, soon; Post does not wait for the loop (only, briefly, for
+//     its mutex). Those posted before Stop run before Run returns.
+//   - The bytes of a bound Conn go out in the order they were given, across
+//     WriteDeferred, Write and WriteDraining (deferred bytes are written
+//     before a Write's); Flush and Close of a bound Conn write what is
+//     deferred before they return (waiting up to a second when there is no
+//     write deadline). A deferred write's error is returned by the next
+//     Write, and by the next Read that would wait.
+//   - Read returns the socket's bytes in order, at most len(p) of them, and
+//     io.EOF only after the last byte.
+//   - No operation of the kernel on a caller's buffer outlives the call that
+//     was given it: once Read or Write returns, nothing reads or writes p
+//     (WriteDeferred copies p before it returns). A ring operation is never
+//     left in flight, even when io_uring_enter fails (ring.submit).
+//   - After Flush (or DropDeferred) and Unbind, nothing of the loop touches
+//     the Conn: another goroutine or loop may take it.
+//   - Under the race detector, what the kernel reads from and writes into
+//     Go buffers for the loop is visible (race_on.go), as it is for the
+//     syscall package's calls. One difference: the syscall package also
+//     orders every write to a descriptor before every later read (so memory
+//     handed over by a byte sent through a socket is not reported); the
+//     raw calls do not. Hand memory over with a channel, Post or Unpark.
+//
+// # What evloop needs of the Go runtime
+//
+// The package leans on behaviour of the Go runtime that its documentation
+// only partly promises. Each item below says what is relied on, what breaks
+// if it changes, and what catches that. Checked with Go 1.26.8 (go.mod's go
+// line, and the go command here) on linux/amd64, Linux 6.18; re-check on
+// every Go upgrade with go test -race ./internal/evloop and the benchmarks
+// (go test ./internal/evloop -run '^$' -bench .). No runtime function is
+// reached with go:linkname, and no thread is locked (runtime.LockOSThread).
+//
+//   - Raw system calls keep the P. epoll_pwait (at most busyWait),
+//     recvfrom, sendto, the eventfd read and write and io_uring_enter are
+//     made with unix.RawSyscall/RawSyscall6, which do not tell the
+//     scheduler (no entersyscall): the thread keeps its P, sysmon is not
+//     woken, no other thread is handed the P. Only calls that cannot block,
+//     or wait a bounded time, are made so; poll(2) for an unbound Conn, the
+//     ring's cancellation and the idle loop's wait go through the
+//     scheduler. If raw calls began to release the P, nothing would be
+//     wrong but each wake-up would cost a P hand-off between threads: only
+//     the benchmarks (BenchmarkSocketCallPair, BenchmarkEmptySyscall, and
+//     proxy's) show it.
+//   - The preemption signal ends a raw wait. A loop in epoll_pwait holds a
+//     running P, so a stop-the-world (garbage collection) and sysmon's
+//     10 ms preemption reach it by the signal the runtime sends a thread to
+//     preempt it (SIGURG): epoll_pwait returns EINTR (never restarted,
+//     whatever SA_RESTART says) and the loop reaches a safe point at once.
+//     Without that signal every stop would wait for each loop's wait to time
+//     out (up to busyWait): GODEBUG=asyncpreemptoff=1 does exactly that.
+//     TestStopTheWorldInterruptsParkedLoops catches it.
+//   - GOMAXPROCS. Run raises it to one more than the running loops (each
+//     holds a P while it waits). Calling runtime.GOMAXPROCS also turns off
+//     the automatic GOMAXPROCS updates of Go 1.25 and later; when it is
+//     already high enough Run does not call it, and a later drop of the
+//     container's CPU quota may lower GOMAXPROCS below the loops plus one:
+//     the rest of the process then runs only when a loop is preempted
+//     (every 10 ms), slower but not stuck. TestRunRaisesGOMAXPROCS checks
+//     the raise.
+//   - Coroutines are iter.Pull. Relied on: next runs the coroutine until it
+//     yields and the caller does not run meanwhile (iter's documented
+//     contract; every test relies on it); the switch is runtime.coroswitch,
+//     a direct goroutine switch on the same thread with no scheduler
+//     involved (performance only: BenchmarkCoroutineSwitch); next and yield
+//     are a release and an acquire for the race detector (iter.go's
+//     race.Release/Acquire), which orders a ring receive's bytes, written
+//     on the loop goroutine, before the coroutine reads them (without it
+//     every -race run reports races on Co's fields;
+//     TestRaceDetectorSeesKernelAccess's ordered cases check the buffers);
+//     stop ends a coroutine suspended in yield (dropSpares). The runtime
+//     throws if a coroutine switches with a thread-lock state other than
+//     the one it was created with (runtime/coro.go): code running in a
+//     coroutine must not call runtime.LockOSThread.
+//   - The netpoller takes an idle loop's wait (parkIdle): os.NewFile puts a
+//     non-blocking descriptor in the netpoller, an epoll descriptor is
+//     readable while it has events, and RawConn.Read waits for that (bounded
+//     by SetReadDeadline). If os.NewFile stopped doing so, Read would fail
+//     at once and an idle loop would spin: TestIdleLoopWaitsInNetpoller
+//     counts the netpoller waits and catches it.
+//   - The kernel holds Go addresses. Go's heap does not move objects;
+//     goroutine stacks do (growth, and shrinking while parked). A raw call
+//     holds an address only during the call, when the goroutine cannot be
+//     moved. The ring holds one from add to the end of submit, in memory
+//     the garbage collector does not scan: its buffers must be heap objects
+//     kept alive meanwhile. Deferred bytes (Conn.wbuf) are; Read stores its
+//     p in Co.rbuf, which makes the compiler put p's array on the heap; the
+//     ring keeps the slices (ring.bufs) until their completions are reaped.
+//     A moving heap, or a Read that no longer let p escape, would let a ring
+//     receive write into memory that had moved; no test catches that
+//     (go build -gcflags=-m shows "leaking param: p" for Read).
+//   - Race annotations: runtime.RaceReadRange and runtime.RaceWriteRange,
+//     exported in race builds (runtime/race.go). race_on.go calls them;
+//     TestRaceDetectorSeesKernelAccess checks that a race on a buffer the
+//     kernel reads or writes (raw and ring, receive and send) is reported.
 package evloop

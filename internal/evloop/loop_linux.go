@@ -73,9 +73,10 @@ type Loop struct {
 	timers timerHeap
 	flushq []*Conn // connections with deferred writes this turn
 	recvq  []*Co   // coroutines in Read whose sockets are readable (receiveAll)
-	// ringReceives counts receives done through the ring (for tests; read
-	// it after Stop).
+	// ringReceives and ringSends count receives and sends done through the
+	// ring (for tests; read them after Stop).
 	ringReceives int
+	ringSends    int
 	ring         *ring // batches the turn's sends (nil: no io_uring)
 	spare        []*Co // finished coroutines, kept to run the next Go
 	// Spares go after spareIdle with no Go: goRan says Go ran since an
@@ -155,6 +156,7 @@ func (l *Loop) Post(fn func()) {
 	if wake {
 		one := [8]byte{1}
 		// A non-blocking eventfd: cannot block, so no syscall bookkeeping.
+		raceReadRange(unsafe.Pointer(&one[0]), len(one))
 		_, _, _ = unix.RawSyscall(unix.SYS_WRITE, uintptr(l.efd), uintptr(unsafe.Pointer(&one[0])), 8)
 	}
 }
@@ -230,8 +232,15 @@ func (l *Loop) poll() int {
 		if e != 0 {
 			return 0
 		}
+		l.eventsWritten(int(r))
 		return int(r)
 	}
+}
+
+// eventsWritten tells the race detector that epoll_pwait wrote n events
+// into l.events (see raceWriteRange).
+func (l *Loop) eventsWritten(n int) {
+	raceWriteRange(unsafe.Pointer(&l.events[0]), n*int(unsafe.Sizeof(l.events[0])))
 }
 
 // busyWait is the longest park waits in epoll_wait on the loop's own
@@ -281,6 +290,7 @@ func (l *Loop) park() int {
 		return 0 // EINTR: a signal; the caller loops
 	case r > 0:
 		l.quiet = 0
+		l.eventsWritten(int(r))
 		return int(r)
 	case wait == ms:
 		return 0 // the deadline came
@@ -322,6 +332,7 @@ func (l *Loop) parkIdle(deadline time.Time) int {
 			return e != unix.EINTR
 		}
 		n = int(r)
+		l.eventsWritten(n)
 		return n > 0
 	}) // an error is the deadline: nothing ready
 	return n
@@ -355,7 +366,10 @@ func (l *Loop) dispatch(n int) {
 		fd := int(ev.Fd)
 		if fd == l.efd {
 			var b [8]byte
-			_, _, _ = unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
+			r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&b[0])), 8) // non-blocking: cannot block
+			if e == 0 {
+				raceWriteRange(unsafe.Pointer(&b[0]), int(r))
+			}
 			ev.Fd = -1
 			continue
 		}
@@ -458,8 +472,13 @@ func (l *Loop) receiveAll() {
 	l.recvq = l.recvq[:0]
 }
 
-// received takes the result of the ring's receive for l.recvq[tag].
+// received takes the result of the ring's receive for l.recvq[tag]. One
+// the kernel cancelled did not happen: Read, resumed because its socket is
+// readable, receives for itself.
 func (l *Loop) received(tag uint64, res int32) {
+	if -res == int32(unix.ECANCELED) {
+		return
+	}
 	co := l.recvq[tag]
 	co.rres, co.rdone = res, true
 	l.ringReceives++
@@ -470,6 +489,7 @@ func (l *Loop) sent(tag uint64, res int32) {
 	c := l.flushq[tag]
 	switch {
 	case res > 0:
+		l.ringSends++
 		c.wbuf = c.wbuf[:copy(c.wbuf, c.wbuf[res:])]
 		if len(c.wbuf) > 0 {
 			return // flushDeferred writes the rest
@@ -477,7 +497,7 @@ func (l *Loop) sent(tag uint64, res int32) {
 		if cap(c.wbuf) > 4<<10 {
 			c.wbuf = nil
 		}
-	case res == 0 || -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR):
+	case res == 0 || -res == int32(unix.EAGAIN) || -res == int32(unix.EINTR) || -res == int32(unix.ECANCELED):
 		return // flushDeferred tries again and waits for writability
 	default:
 		c.failDeferred(l, unix.Errno(-res))

@@ -12,9 +12,10 @@ import (
 // ring is a minimal io_uring used to issue several socket sends, or
 // several receives, with one system call. Every operation is submitted
 // with MSG_DONTWAIT, so the kernel completes it during the submitting call
-// (bytes moved, or EAGAIN): nothing stays in flight after submit returns,
-// and the buffers need to live only as long as the call. A ring belongs to
-// one loop goroutine.
+// (bytes moved, or EAGAIN). Whatever happens, submit returns only when no
+// operation it issued is in flight (see submit): the buffers need to live,
+// and stay untouched, only as long as the call. A ring belongs to one loop
+// goroutine.
 type ring struct {
 	fd      int
 	sqHead  *uint32
@@ -28,9 +29,19 @@ type ring struct {
 	cqes    []uringCQE
 	pending uint32              // SQEs filled since the last submit
 	tags    [ringEntries]uint64 // the callers' tags of those SQEs, by position
-	sqMem   []byte
-	cqMem   []byte
-	sqeMem  []byte
+	ops     [ringEntries]uint8  // their opcodes
+	// bufs holds the Go buffers of those SQEs from add until their
+	// completions are reaped: the SQEs hold only their addresses, which the
+	// garbage collector does not see, and a receive's completion tells the
+	// race detector what the kernel wrote.
+	bufs   [ringEntries][]byte
+	sqMem  []byte
+	cqMem  []byte
+	sqeMem []byte
+
+	// enterFault, when not nil, stands in for io_uring_enter (tests make
+	// the kernel's failures with it; it calls enterNow for the real one).
+	enterFault func(r *ring, toSubmit, minComplete uint32) (uintptr, unix.Errno)
 }
 
 type uringSQE struct {
@@ -73,9 +84,12 @@ const (
 	uringOpSend = 26
 	uringOpRecv = 27
 
-	uringEnterGetEvents = 1
-	uringFeatSingleMmap = 1
-	uringSetupCoopTask  = 1 << 8
+	uringEnterGetEvents     = 1
+	uringRegisterSyncCancel = 24
+	uringCancelAll          = 1 << 0
+	uringCancelAny          = 1 << 2
+	uringFeatSingleMmap     = 1
+	uringSetupCoopTask      = 1 << 8
 
 	uringOffSQRing = 0
 	uringOffCQRing = 0x8000000
@@ -148,74 +162,166 @@ func (r *ring) close() {
 func (r *ring) full() bool { return r.pending == uint32(min(len(r.sqes), ringEntries)) }
 
 // add queues operation op (uringOpSend, uringOpRecv) of p on fd; submit
-// reports its result under tag.
+// reports its result under tag. The kernel reads a send's bytes during
+// submit, on this goroutine: the race detector is told so now.
 func (r *ring) add(op uint8, fd int, p []byte, tag uint64) {
 	tail := *r.sqTail + r.pending
 	i := tail & r.sqMask
 	r.sqes[i] = uringSQE{opcode: op, fd: int32(fd), addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), len: uint32(len(p)), opFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL, userData: uint64(r.pending)}
 	r.sqArray[i] = i
+	if op == uringOpSend {
+		raceReadRange(unsafe.Pointer(unsafe.SliceData(p)), len(p))
+	}
 	r.tags[r.pending] = tag
+	r.ops[r.pending] = op
+	r.bufs[r.pending] = p
 	r.pending++
 }
 
+// enter is io_uring_enter(2) with IORING_ENTER_GETEVENTS: it submits up to
+// toSubmit queued SQEs and waits until minComplete completions are in the
+// completion queue. A raw syscall: with MSG_DONTWAIT nothing waits long.
+func (r *ring) enter(toSubmit, minComplete uint32) (uintptr, unix.Errno) {
+	if r.enterFault != nil {
+		return r.enterFault(r, toSubmit, minComplete)
+	}
+	return r.enterNow(toSubmit, minComplete)
+}
+
+func (r *ring) enterNow(toSubmit, minComplete uint32) (uintptr, unix.Errno) {
+	n, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete), uringEnterGetEvents, 0, 0)
+	return n, e
+}
+
+// errUnknown is the result submit reports for an operation whose
+// completion it could not read although the kernel has finished with it:
+// whether its bytes moved is unknown, so its connection fails.
+const errUnknown = unix.EIO
+
 // submit issues the queued operations with one system call and calls done
-// with each one's tag and result (a count, or a negative errno). The
-// buffers given to add may be reused when it returns. It reports false when
-// the ring is unusable (the caller closes it): the kernel took fewer
-// operations than given, or their completions did not all come. done was
-// not called for an operation the kernel did not take (it did not happen:
-// the caller does that work itself); an operation it took whose completion
-// did not come is reported as -ECANCELED (whether it happened is unknown, so
-// its connection must fail rather than repeat or lose bytes).
+// with each one's tag and result (a count, or a negative errno; -ECANCELED:
+// the operation did not happen, the caller does it itself). It returns only
+// when the kernel has finished with every operation it took, on every path:
+// the buffers given to add may be reused, or freed, as soon as it returns.
+// It reports false when the ring is unusable (the caller closes it): the
+// kernel took fewer operations than given, or their completions did not all
+// come. done is not called for an operation the kernel did not take (it
+// did not happen: the caller does that work itself); one it took whose
+// completion could not be read, though the kernel has finished with it, is
+// reported as -errUnknown (whether it happened is unknown, so its
+// connection must fail rather than repeat or lose bytes).
+//
+// How many operations the kernel took is read from the submission queue's
+// head, not from io_uring_enter's result: the call may fail (or be
+// interrupted) after taking some, and an operation taken is in flight until
+// its completion is reaped, whatever the call returned.
 func (r *ring) submit(done func(tag uint64, res int32)) bool {
 	n := r.pending
 	if n == 0 {
 		return true
 	}
-	tail := *r.sqTail
-	atomic.StoreUint32(r.sqTail, tail+n)
+	// Every SQE of the earlier batches was taken or withdrawn: the head is
+	// where this batch starts.
+	head := atomic.LoadUint32(r.sqHead)
+	atomic.StoreUint32(r.sqTail, head+n)
 	r.pending = 0
-	var taken uint32
 	for {
-		got, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), uintptr(n), uringEnterGetEvents, 0, 0)
-		if e == unix.EINTR {
-			continue
+		left := n - (atomic.LoadUint32(r.sqHead) - head)
+		if _, e := r.enter(left, n); e != unix.EINTR {
+			break
 		}
-		if e == 0 {
-			taken = uint32(got)
-		}
-		break
 	}
-	// Taken with MSG_DONTWAIT, an operation completes within the call, so
-	// the completions are all there now; the wait below is for a kernel
-	// that does otherwise.
+	taken := atomic.LoadUint32(r.sqHead) - head
+	if taken < n {
+		// Withdraw what the kernel did not take, so that no later call
+		// (nor the ring's teardown) issues it: done is not called for it.
+		atomic.StoreUint32(r.sqTail, head+taken)
+	}
+	ok := r.reap(taken, done)
+	clear(r.bufs[:n])
+	return ok && taken == n
+}
+
+// reap calls done for the completions of the first taken operations of the
+// batch, waiting for those not in the completion queue yet. Taken with
+// MSG_DONTWAIT, an operation completes within the submitting call, so they
+// are all there at once; the wait is for a kernel that does otherwise. If
+// the wait fails, the operations still in flight are cancelled, and the
+// kernel waits for them to end (cancelAll): the caller's buffers are never
+// handed back while the kernel may still read or write them. It reports
+// whether every completion came.
+func (r *ring) reap(taken uint32, done func(tag uint64, res int32)) bool {
 	var seen [ringEntries]bool
 	want := taken
+	cancelled := false
 	for want > 0 {
 		head := atomic.LoadUint32(r.cqHead)
 		ctail := atomic.LoadUint32(r.cqTail)
 		for ; head != ctail && want > 0; head++ {
 			c := &r.cqes[head&r.cqMask]
-			if k := c.userData; k < uint64(len(seen)) && !seen[k] {
+			if k := c.userData; k < uint64(taken) && !seen[k] {
 				seen[k] = true
+				if r.ops[k] == uringOpRecv && c.res > 0 {
+					raceWriteRange(unsafe.Pointer(unsafe.SliceData(r.bufs[k])), int(c.res))
+				}
 				done(r.tags[k], c.res)
 				want--
 			}
 		}
 		atomic.StoreUint32(r.cqHead, head)
-		if want > 0 {
-			_, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(want), uringEnterGetEvents, 0, 0)
-			if e != 0 && e != unix.EINTR && e != unix.EAGAIN && e != unix.EBUSY {
-				break
-			}
+		if want == 0 {
+			break
+		}
+		switch _, e := r.enter(0, want); e {
+		case 0, unix.EINTR, unix.EAGAIN, unix.EBUSY, unix.ETIME:
+			continue
+		}
+		if cancelled {
+			break // nothing is in flight any more; the completions are lost
+		}
+		if err := r.cancelAll(); err != nil {
+			// Nothing is known to have stopped the kernel: handing the
+			// buffers back now could let it write into memory reused for
+			// something else. That is worse than stopping.
+			panic("evloop: io_uring operations on Go buffers may still be in flight: " + err.Error())
+		}
+		cancelled = true
+	}
+	if want == 0 {
+		return true
+	}
+	for k := uint32(0); k < taken; k++ {
+		if !seen[k] {
+			done(r.tags[k], -int32(errUnknown))
 		}
 	}
-	if want > 0 {
-		for k := uint32(0); k < taken; k++ {
-			if !seen[k] {
-				done(r.tags[k], -int32(unix.ECANCELED))
-			}
+	return false
+}
+
+// uringSyncCancel is struct io_uring_sync_cancel_reg.
+type uringSyncCancel struct {
+	addr    uint64
+	fd      int32
+	flags   uint32
+	timeout unix.Timespec
+	_       [4]uint64
+}
+
+// cancelAll cancels every operation of the ring still in flight and returns
+// when the kernel has finished with all of them (IORING_REGISTER_SYNC_CANCEL,
+// Linux 6.0): their completions (-ECANCELED, or their result if they ended
+// first) are then in the completion queue, or lost, but none touches its
+// buffer any more.
+func (r *ring) cancelAll() error {
+	arg := uringSyncCancel{fd: -1, flags: uringCancelAll | uringCancelAny, timeout: unix.Timespec{Sec: -1, Nsec: -1}}
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), uringRegisterSyncCancel, uintptr(unsafe.Pointer(&arg)), 1, 0, 0)
+		switch e {
+		case 0, unix.ENOENT: // cancelled, or nothing was left to cancel
+			return nil
+		case unix.EINTR:
+			continue
 		}
+		return unix.Errno(e)
 	}
-	return taken == n && want == 0
 }
