@@ -90,9 +90,16 @@ func runNode(n nodeSuite, dir string) ([]result, error) {
 			results = append(results, result{f, "SKIP"})
 			continue
 		}
+		// A file that fails runs once more (its log then holds the second
+		// run): a few allow a fixed time for thousands of round trips, which
+		// a loaded machine misses now and then, directly as through a pooler.
 		status := "FAIL"
-		if runNodeFile(dir, "test/integration/"+f, env, n.timeout, filepath.Join(logs, strings.ReplaceAll(f, "/", "_")+".log")) {
-			status = "PASS"
+		logPath := filepath.Join(logs, strings.ReplaceAll(f, "/", "_")+".log")
+		for range 2 {
+			if runNodeFile(dir, "test/integration/"+f, env, n.timeout, logPath) {
+				status = "PASS"
+				break
+			}
 		}
 		results = append(results, result{f, status})
 	}
