@@ -1212,3 +1212,62 @@ func TestPreparedStatementsView(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedStatementsViewWhenRun: a named statement that reads
+// pg_prepared_statements or pg_listening_channels() sees them as they are
+// each time it runs, as directly, not as they were when it was prepared
+// (the statement itself included).
+func TestPreparedStatementsViewWhenRun(t *testing.T) {
+	t.Parallel()
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			c, err := pgx.Connect(ctx, d.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			if _, err := c.Prepare(ctx, "run_view", "SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Prepare(ctx, "run_chan", "SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c"); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string
+			look := func(name string) {
+				t.Helper()
+				var v string
+				if err := c.QueryRow(ctx, name).Scan(&v); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				seen = append(seen, v)
+			}
+			look("run_view")
+			if _, err := c.Prepare(ctx, "run_a", "SELECT 42"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_view")
+			if err := c.Deallocate(ctx, "run_a"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_view")
+			look("run_chan")
+			if _, err := c.Exec(ctx, "LISTEN run_x"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_chan")
+			if _, err := c.Exec(ctx, "UNLISTEN run_x"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_chan")
+			const chanQ = "run_chan=SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c"
+			const viewQ = "run_view=SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements"
+			checkTrace(t, tg, seen, []string{
+				chanQ + ", " + viewQ,
+				"run_a=SELECT 42, " + chanQ + ", " + viewQ,
+				chanQ + ", " + viewQ,
+				"", "run_x", "",
+			})
+		})
+	}
+}

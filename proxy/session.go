@@ -26,6 +26,7 @@ type stmt struct {
 	name    string
 	srvName string
 	parse   []byte // Parse body after the statement name: query, parameter types
+	client  []byte // the client's Parse body when lockpool rewrote it (parse is the rewrite); nil: the same
 	find    rewrite.Findings
 	begins  bool   // the statement opens a transaction block
 	desc    uint64 // hash of the RowDescription the client was given (0: not described)
