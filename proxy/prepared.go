@@ -450,6 +450,7 @@ func (s *session) onBind(n int) error {
 			return nil
 		}
 		s.expectNotifies(f, tail)
+		s.expectSignals(f)
 		s.expect(reply{kind: replyBind})
 		// body aliases the read buffer; nothing read the client since.
 		s.sout = wire.AppendFrame(s.sout, 'B', body)
@@ -463,6 +464,7 @@ func (s *session) onBind(n int) error {
 		return nil
 	}
 	s.expectNotifies(f, tail)
+	s.expectSignals(f)
 	s.expect(reply{kind: replyBind, srv: st.srvName})
 	s.sout = wire.AppendBind(s.sout, portal, st.srvName, tail)
 	return nil

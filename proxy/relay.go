@@ -142,7 +142,12 @@ var errRefused = errors.New("the server refused lockpool's statement")
 // body is valid only during the call.
 func (s *session) onServerMessage(typ byte, body []byte) error {
 	switch typ {
-	case 'N', 'A':
+	case 'N':
+		if !s.onSignalWarning(body) {
+			s.cout = wire.AppendFrame(s.cout, typ, body)
+		}
+		return nil
+	case 'A':
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case 'S':
@@ -422,6 +427,9 @@ func (s *session) onReady(body []byte) error {
 	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
 	s.emitFront()
 	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
+	if s.q.server == 0 && s.extras != nil {
+		s.extras.signals = 0
+	}
 	return nil
 }
 

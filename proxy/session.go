@@ -47,6 +47,7 @@ type sessionExtras struct {
 	setNames  []string                     // parameters changed with SET: read back at the next idle point
 	tagged    map[string]string            // portal -> command tag its Execute reports (portalTag); nil: none
 	staleStmt *stmt                        // a check found this client statement's result type changed
+	signals   uint8                        // signal functions a statement on the server calls (signalsTerminate, signalsCancel)
 }
 
 // more returns the session's extras, made at the first call.
@@ -1100,6 +1101,7 @@ func (s *session) onQuery(n int) error {
 	}
 	s.q.back().tags = tags
 	s.expectNotifies(&f, nil)
+	s.expectSignals(&f)
 	s.sout = wire.AppendQuery(s.sout, sql)
 	return nil
 }
