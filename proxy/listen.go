@@ -142,9 +142,6 @@ func (l *listening) idleMessages(_ *session, buf []byte) []byte {
 	return l.inbox.take(buf)
 }
 
-// listens reports whether the session listens or is about to.
-func (l *listening) listens() bool { return len(l.channels) > 0 || len(l.pending) > 0 }
-
 // has reports whether channel is among the committed channels.
 func (l *listening) has(channel string) bool {
 	for _, c := range l.channels {
