@@ -1271,3 +1271,60 @@ func TestPreparedStatementsViewWhenRun(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedFetchDescribedBeforeCursor: a FETCH prepared before its
+// cursor exists (described as returning no rows) runs inside the block
+// that declares the cursor and returns the cursor's rows, as directly:
+// PostgreSQL never refuses a FETCH for a changed result type, also when
+// lockpool prepares it afresh on another server connection. Each round
+// runs while other clients hold server connections, so the block runs on
+// another connection than the Prepare did in some of them.
+func TestPreparedFetchDescribedBeforeCursor(t *testing.T) {
+	t.Parallel()
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			c := prepConnect(t, ctx, d.client)
+			others := []*pgx.Conn{prepConnect(t, ctx, d.client), prepConnect(t, ctx, d.client)}
+			var seen []string
+			for i := range 12 {
+				name := fmt.Sprintf("fetch_%d", i)
+				if _, err := c.Prepare(ctx, name, fmt.Sprintf(`FETCH ALL IN "cur_%d"`, i)); err != nil {
+					t.Fatal(err)
+				}
+				held := others[:i%3]
+				for _, o := range held {
+					if _, err := o.Exec(ctx, "BEGIN; SELECT 1"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`DECLARE "cur_%d" CURSOR FOR SELECT n, n::text FROM generate_series(1, 3) n`, i)); err != nil {
+					t.Fatal(err)
+				}
+				rows, err := tx.Query(ctx, name)
+				var got string
+				if err == nil {
+					var vals [][]any
+					vals, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+					got = fmt.Sprint(vals)
+				}
+				seen = append(seen, got+" "+errText(err))
+				_ = tx.Rollback(ctx)
+				for _, o := range held {
+					if _, err := o.Exec(ctx, "COMMIT"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want := make([]string, len(seen))
+			for i := range want {
+				want[i] = "[[1 1] [2 2] [3 3]] " + "ok"
+			}
+			checkTrace(t, tg, seen, want)
+		})
+	}
+}
