@@ -1212,3 +1212,119 @@ func TestPreparedStatementsView(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedStatementsViewWhenRun: a named statement that reads
+// pg_prepared_statements or pg_listening_channels() sees them as they are
+// each time it runs, as directly, not as they were when it was prepared
+// (the statement itself included).
+func TestPreparedStatementsViewWhenRun(t *testing.T) {
+	t.Parallel()
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			c, err := pgx.Connect(ctx, d.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			if _, err := c.Prepare(ctx, "run_view", "SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Prepare(ctx, "run_chan", "SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c"); err != nil {
+				t.Fatal(err)
+			}
+			var seen []string
+			look := func(name string) {
+				t.Helper()
+				var v string
+				if err := c.QueryRow(ctx, name).Scan(&v); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				seen = append(seen, v)
+			}
+			look("run_view")
+			if _, err := c.Prepare(ctx, "run_a", "SELECT 42"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_view")
+			if err := c.Deallocate(ctx, "run_a"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_view")
+			look("run_chan")
+			if _, err := c.Exec(ctx, "LISTEN run_x"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_chan")
+			if _, err := c.Exec(ctx, "UNLISTEN run_x"); err != nil {
+				t.Fatal(err)
+			}
+			look("run_chan")
+			const chanQ = "run_chan=SELECT coalesce(string_agg(c, ',' ORDER BY c), '') FROM pg_listening_channels() c"
+			const viewQ = "run_view=SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements"
+			checkTrace(t, tg, seen, []string{
+				chanQ + ", " + viewQ,
+				"run_a=SELECT 42, " + chanQ + ", " + viewQ,
+				chanQ + ", " + viewQ,
+				"", "run_x", "",
+			})
+		})
+	}
+}
+
+// TestPreparedFetchDescribedBeforeCursor: a FETCH prepared before its
+// cursor exists (described as returning no rows) runs inside the block
+// that declares the cursor and returns the cursor's rows, as directly:
+// PostgreSQL never refuses a FETCH for a changed result type, also when
+// lockpool prepares it afresh on another server connection. Each round
+// runs while other clients hold server connections, so the block runs on
+// another connection than the Prepare did in some of them.
+func TestPreparedFetchDescribedBeforeCursor(t *testing.T) {
+	t.Parallel()
+	for _, tg := range prepTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx, _, d := prepOpen(t, tg)
+			c := prepConnect(t, ctx, d.client)
+			others := []*pgx.Conn{prepConnect(t, ctx, d.client), prepConnect(t, ctx, d.client)}
+			var seen []string
+			for i := range 12 {
+				name := fmt.Sprintf("fetch_%d", i)
+				if _, err := c.Prepare(ctx, name, fmt.Sprintf(`FETCH ALL IN "cur_%d"`, i)); err != nil {
+					t.Fatal(err)
+				}
+				held := others[:i%3]
+				for _, o := range held {
+					if _, err := o.Exec(ctx, "BEGIN; SELECT 1"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`DECLARE "cur_%d" CURSOR FOR SELECT n, n::text FROM generate_series(1, 3) n`, i)); err != nil {
+					t.Fatal(err)
+				}
+				rows, err := tx.Query(ctx, name)
+				var got string
+				if err == nil {
+					var vals [][]any
+					vals, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+					got = fmt.Sprint(vals)
+				}
+				seen = append(seen, got+" "+errText(err))
+				_ = tx.Rollback(ctx)
+				for _, o := range held {
+					if _, err := o.Exec(ctx, "COMMIT"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want := make([]string, len(seen))
+			for i := range want {
+				want[i] = "[[1 1] [2 2] [3 3]] " + "ok"
+			}
+			checkTrace(t, tg, seen, want)
+		})
+	}
+}

@@ -253,6 +253,47 @@ func sigCases(su *pgx.Conn) []sigCase {
 			return out
 		}})
 	}
+	// The calls inside a larger statement (pgx's own tests terminate their
+	// pool's connections with SELECT pg_terminate_backend(n) FROM
+	// unnest($1::int[]) n): the victims end as with a call of their own,
+	// the caller sees no notice. (The calls' values differ: lockpool's
+	// are false; the count hides them.)
+	for _, m := range []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{{"cache", pgx.QueryExecModeCacheStatement}, {"simple", pgx.QueryExecModeSimpleProtocol}} {
+		cases = append(cases, sigCase{"terminate in a larger statement, " + m.name, func(t *testing.T, ctx context.Context, s sigSide) map[string]string {
+			key := sigKeys.Add(1)
+			v1 := victimInTx(t, ctx, s, sigUser, key)
+			v2 := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil) // idle (one pin slot)
+			var notices []string
+			c := sigConn(t, s, sigUser, m.mode, &notices)
+			var n int64
+			err := c.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(n) FROM unnest($1::int[]) n) s",
+				[]int32{int32(v1.PgConn().PID()), int32(v2.PgConn().PID())}).Scan(&n)
+			return map[string]string{"result": fmt.Sprintf("%d %s", n, errText(err)), "notices": strings.Join(notices, "|"),
+				"victim 1": afterward(ctx, v1), "victim 2": afterward(ctx, v2),
+				"released": released(ctx, su, key)}
+		}})
+	}
+	cases = append(cases, sigCase{"cancel in a larger statement", func(t *testing.T, ctx context.Context, s sigSide) map[string]string {
+		v := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := v.Exec(ctx, "SELECT pg_sleep(30)")
+			errc <- err
+		}()
+		eventually(t, 10*time.Second, "pg_sleep(30) to run", func() bool {
+			n, err := countBackends(ctx, su, "usename = '"+sigUser+"' AND state = 'active' AND query LIKE '%pg_sleep(30)%'")
+			return err == nil && n == 1
+		})
+		var notices []string
+		c := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, &notices)
+		var n int64
+		err := c.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_cancel_backend(n) FROM unnest(ARRAY[$1::int]) n) s", int32(v.PgConn().PID())).Scan(&n)
+		return map[string]string{"result": fmt.Sprintf("%d %s", n, errText(err)), "notices": strings.Join(notices, "|"),
+			"victim": errText(<-errc), "victim then": afterward(ctx, v)}
+	}})
 	// Another user is refused (inside a transaction block the block
 	// fails, as with any error); the victim goes on.
 	for _, fn := range []string{"pg_terminate_backend", "pg_cancel_backend"} {

@@ -32,7 +32,10 @@ import (
 //     effect is noted when its CommandComplete arrives.
 //   - Notifications are written to the client only when it is idle outside
 //     a transaction block with nothing owed; an idle client gets them at
-//     once (its loop is woken). A notification the client's own
+//     once (its loop is woken). As on PostgreSQL, the ReadyForQuery that
+//     ends a listening client's transaction comes after every notification
+//     committed before its statement came (ready: a barrier on the
+//     listener connection, one round trip). A notification the client's own
 //     transaction sent (a NOTIFY or pg_notify of its own SQL) carries the
 //     client's key pid.
 //   - When the listener connection dies the client gets a FATAL and is
@@ -138,9 +141,6 @@ func (l *listening) end(s *session) {
 func (l *listening) idleMessages(_ *session, buf []byte) []byte {
 	return l.inbox.take(buf)
 }
-
-// listens reports whether the session listens or is about to.
-func (l *listening) listens() bool { return len(l.channels) > 0 || len(l.pending) > 0 }
 
 // has reports whether channel is among the committed channels.
 func (l *listening) has(channel string) bool {
@@ -424,11 +424,15 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 			l.inbox.drop(c)
 		}
 	}
-	if len(expects) > 0 && l.listens() {
-		// The transaction notified channels the client listens on:
-		// PostgreSQL gives it its own notifications before this
-		// ReadyForQuery. The listener has them once a round trip on it
-		// that started after the commit is over.
+	if len(l.channels) > 0 {
+		// PostgreSQL gives a listening client every notification
+		// committed before its statement (its transaction's own among
+		// them) before this ReadyForQuery: a sender's backend signals the
+		// listening backends before its COMMIT is answered, and a
+		// listening backend reads the queue before each ReadyForQuery
+		// outside a transaction block. The listener connection has them
+		// once a round trip on it that started after the statement came
+		// is over.
 		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout)
 		s.offload(func() { _ = s.srv.hub.Sync(ctx, s.database) })
 		cancel()

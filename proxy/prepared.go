@@ -180,13 +180,8 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	}
 	// An unnamed statement parsed first in a batch outside a transaction
 	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
-	restCopy = s.rewriteParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
-	if f.LeaseFence && s.srv.leases != nil {
-		query, _, _ := wire.CString(restCopy)
-		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
-		_, tail, _ := wire.CString(restCopy)
-		restCopy = append(wire.AppendCString(nil, q), tail...)
-	}
+	clientRest := restCopy
+	restCopy = s.serverParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
 	s.noteFallback(d, string(query))
 	switch d.Action {
 	case policy.Refuse:
@@ -223,6 +218,9 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
 	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
+	if !bytes.Equal(clientRest, restCopy) {
+		st.client = clientRest
+	}
 	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
@@ -234,6 +232,45 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 		return nil
 	}
 	return s.prepareOnServer(st, true)
+}
+
+// serverParse is the Parse body (query and parameter types, rest) the
+// server gets for a client's: rest with lockpool's rewrites (f: its
+// findings; alone: see rewriteParse) and lease_fence's.
+func (s *session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
+	rest = s.rewriteParse(rest, f, alone)
+	if f.LeaseFence && s.srv.leases != nil {
+		query, tail, _ := wire.CString(rest)
+		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
+		rest = append(wire.AppendCString(nil, q), tail...)
+	}
+	return rest
+}
+
+// sessionDependent reports whether the server's text of a statement with
+// findings f depends on the session's state when it runs: it reads
+// pg_prepared_statements or pg_listening_channels(), which lockpool
+// writes out as the client's statements and channels (see
+// preparedViewEdits, listenEdits).
+func sessionDependent(f *rewrite.Findings) bool {
+	return len(f.PreparedViews) > 0 || len(f.ChannelsCalls) > 0
+}
+
+// refreshStmt brings a named statement whose server text depends on the
+// session's state (sessionDependent) up to date before a Bind: on
+// PostgreSQL the view and the function are read when the statement runs,
+// not when it was prepared. A changed text is another server statement,
+// prepared on the connection as any statement is at its first use there.
+func (s *session) refreshStmt(st *stmt) {
+	if st.client == nil || !sessionDependent(&st.find) {
+		return
+	}
+	rest := s.serverParse(append([]byte(nil), st.client...), &st.find, false)
+	if bytes.Equal(rest, st.parse) {
+		return
+	}
+	st.parse = rest
+	st.srvName = serverStmtName(rest, s.srv.stmts.epoch.Load())
 }
 
 // timesStatements reports whether the client set a statement_timeout. Its
@@ -413,11 +450,13 @@ func (s *session) onBind(n int) error {
 			return nil
 		}
 		s.expectNotifies(f, tail)
+		s.expectSignals(f)
 		s.expect(reply{kind: replyBind})
 		// body aliases the read buffer; nothing read the client since.
 		s.sout = wire.AppendFrame(s.sout, 'B', body)
 		return nil
 	}
+	s.refreshStmt(st)
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
@@ -425,6 +464,7 @@ func (s *session) onBind(n int) error {
 		return nil
 	}
 	s.expectNotifies(f, tail)
+	s.expectSignals(f)
 	s.expect(reply{kind: replyBind, srv: st.srvName})
 	s.sout = wire.AppendBind(s.sout, portal, st.srvName, tail)
 	return nil
@@ -731,7 +771,11 @@ func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 			"FROM (VALUES ")
 		for i, name := range names {
 			st := s.stmts[name]
-			query, _, _ := wire.CString(st.parse)
+			text := st.parse
+			if st.client != nil {
+				text = st.client // the client's text, not lockpool's rewrite of it
+			}
+			query, _, _ := wire.CString(text)
 			if i > 0 {
 				b.WriteString(", ")
 			}

@@ -142,7 +142,12 @@ var errRefused = errors.New("the server refused lockpool's statement")
 // body is valid only during the call.
 func (s *session) onServerMessage(typ byte, body []byte) error {
 	switch typ {
-	case 'N', 'A':
+	case 'N':
+		if !s.onSignalWarning(body) {
+			s.cout = wire.AppendFrame(s.cout, typ, body)
+		}
+		return nil
+	case 'A':
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case 'S':
@@ -302,12 +307,41 @@ func (s *session) noteDescription(f *reply, typ byte, body []byte) {
 		return
 	}
 	switch {
-	case f.op == opCheck && f.desc.desc != 0 && f.desc.desc != h:
+	case f.op == opCheck && f.desc.desc != 0 && f.desc.desc != h && !resultAtRunTime(f.desc, h):
 		s.more().staleStmt = f.desc
 	case f.desc.desc == 0:
 		f.desc.desc = h
 	}
 }
+
+// resultAtRunTime reports whether what statement st returns is decided
+// when it runs, so PostgreSQL never refuses it for a changed result type:
+// a FETCH or an SQL EXECUTE (a utility statement whose result is that of
+// the cursor or statement it names, which PostgreSQL does not plan or
+// revalidate), or a statement described once as returning no rows and
+// once as returning rows (h: the new description's resultTypeHash), which
+// only such a statement can be.
+func resultAtRunTime(st *stmt, h uint64) bool {
+	if st.desc == resultNoData || h == resultNoData {
+		return true
+	}
+	query, _, _ := wire.CString(st.parse)
+	q := bytes.TrimLeft(query, " \t\r\n\f")
+	for _, kw := range []string{"fetch", "execute"} {
+		if len(q) > len(kw) && bytes.EqualFold(q[:len(kw)], []byte(kw)) && !isIdentByte(q[len(kw)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// isIdentByte reports whether b may continue an SQL keyword or identifier.
+func isIdentByte(b byte) bool {
+	return b == '_' || b == '$' || b >= '0' && b <= '9' || b|0x20 >= 'a' && b|0x20 <= 'z' || b >= 0x80
+}
+
+// resultNoData is resultTypeHash of NoData.
+const resultNoData = 2
 
 // resultTypeHash hashes what a statement returns as PostgreSQL compares it
 // for "cached plan must not change result type": the columns' names, types,
@@ -315,7 +349,7 @@ func (s *session) noteDescription(f *reply, typ byte, body []byte) {
 // between clients with different search_paths and is no change).
 func resultTypeHash(typ byte, body []byte) uint64 {
 	if typ == 'n' || len(body) < 2 {
-		return 2
+		return resultNoData
 	}
 	var h maphash.Hash
 	h.SetSeed(stmtSeed)
@@ -422,6 +456,9 @@ func (s *session) onReady(body []byte) error {
 	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
 	s.emitFront()
 	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
+	if s.q.server == 0 && s.extras != nil {
+		s.extras.signals = 0
+	}
 	return nil
 }
 

@@ -26,6 +26,7 @@ type stmt struct {
 	name    string
 	srvName string
 	parse   []byte // Parse body after the statement name: query, parameter types
+	client  []byte // the client's Parse body when lockpool rewrote it (parse is the rewrite); nil: the same
 	find    rewrite.Findings
 	begins  bool   // the statement opens a transaction block
 	desc    uint64 // hash of the RowDescription the client was given (0: not described)
@@ -46,6 +47,7 @@ type sessionExtras struct {
 	setNames  []string                     // parameters changed with SET: read back at the next idle point
 	tagged    map[string]string            // portal -> command tag its Execute reports (portalTag); nil: none
 	staleStmt *stmt                        // a check found this client statement's result type changed
+	signals   uint8                        // signal functions a statement on the server calls (signalsTerminate, signalsCancel)
 }
 
 // more returns the session's extras, made at the first call.
@@ -1099,6 +1101,7 @@ func (s *session) onQuery(n int) error {
 	}
 	s.q.back().tags = tags
 	s.expectNotifies(&f, nil)
+	s.expectSignals(&f)
 	s.sout = wire.AppendQuery(s.sout, sql)
 	return nil
 }

@@ -641,3 +641,129 @@ func (s *Server) sessionEnded(ss *session) {
 		delete(s.ends, ss)
 	}
 }
+
+// Signal calls inside larger statements (SELECT pg_terminate_backend(pid)
+// FROM unnest($1::int[]) pid, …) run on the server, which knows no key
+// pid: for one it warns "PID … is not a PostgreSQL backend process"
+// (routine pg_signal_backend, SQLSTATE 01000) and returns false. While a
+// statement that calls the signal functions runs (expectSignals), such a
+// warning naming the key pid of a client the caller may signal is carried
+// out by lockpool instead (onSignalWarning), as KILL_CLIENT or a
+// CancelRequest, and not relayed: the client ends as with a backend's
+// pid. What lockpool cannot change is the call's value in the row, which
+// the server computed: false (PostgreSQL: true), and a timeout argument is
+// not waited for. A warning for the caller's own key pid, for a pid the
+// caller may not signal, for no client's, or in a statement that calls
+// both functions (the warning does not say which) is relayed as it is.
+
+// Bits of sessionExtras.signals: the signal functions a statement running
+// on the server calls.
+const (
+	signalsTerminate = 1 << iota
+	signalsCancel
+)
+
+// expectSignals notes that a statement with findings f (nil: none) is
+// going to the server: its signal functions' warnings are looked at until
+// the server owes nothing (onReady clears them).
+func (s *session) expectSignals(f *rewrite.Findings) {
+	if f == nil || !f.Terminates && !f.Cancels {
+		return
+	}
+	x := s.more()
+	if f.Terminates {
+		x.signals |= signalsTerminate
+	}
+	if f.Cancels {
+		x.signals |= signalsCancel
+	}
+}
+
+// onSignalWarning handles a NoticeResponse body the server sent while a
+// statement that calls a signal function runs: when it is
+// pg_signal_backend's warning for the key pid of a client the caller may
+// signal, the signal is sent to that client and onSignalWarning reports
+// true (the warning is not the client's: a direct connection has none).
+func (s *session) onSignalWarning(body []byte) bool {
+	x := s.extras
+	if x == nil || x.signals == 0 {
+		return false
+	}
+	var terminate bool
+	switch x.signals {
+	case signalsTerminate:
+		terminate = true
+	case signalsCancel:
+	default:
+		return false // both are called: which one warned is not known
+	}
+	pid, ok := signalWarningPID(body)
+	if !ok || pid == s.pid {
+		return false
+	}
+	r := signalRequest{pid: pid, terminate: terminate, user: s.user, admin: s.srv.Config().IsAdmin(s.user)}
+	var res signalResult
+	if n := pidNumber(pid); n != 0 && s.srv.cluster != nil && n != s.srv.cluster.Number() {
+		ctx, cancel := context.WithTimeout(s.srv.baseCtx, s.srv.rc.Load().cfg.Server.ConnectTimeout)
+		s.offload(func() { res, _ = s.srv.forwardSignal(ctx, n, r) })
+		cancel()
+	} else {
+		res = s.srv.signalClient(s.srv.baseCtx, r) // no timeout: it does not wait
+	}
+	return res == signalSent
+}
+
+// signalWarningPID returns the pid of pg_signal_backend's warning that a
+// pid is no backend's (body: a NoticeResponse's), when it is a key pid.
+// The routine and SQLSTATE identify the warning in every language; the
+// pid is the one number of its message.
+func signalWarningPID(body []byte) (uint32, bool) {
+	var sev, sevV, code, routine, msg string
+	for len(body) > 0 && body[0] != 0 {
+		field := body[0]
+		v, rest, ok := wire.CString(body[1:])
+		if !ok {
+			return 0, false
+		}
+		switch field {
+		case 'S':
+			sev = string(v)
+		case 'V':
+			sevV = string(v)
+		case 'C':
+			code = string(v)
+		case 'R':
+			routine = string(v)
+		case 'M':
+			msg = string(v)
+		}
+		body = rest
+	}
+	if sevV != "" {
+		sev = sevV
+	}
+	if sev != "WARNING" || code != "01000" || routine != "pg_signal_backend" {
+		return 0, false
+	}
+	var num string
+	for i := 0; i < len(msg); {
+		if msg[i] < '0' || msg[i] > '9' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			j++
+		}
+		if num != "" {
+			return 0, false // more than one number: not the message it should be
+		}
+		num = msg[i:j]
+		i = j
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || !isKeyPID(v) {
+		return 0, false
+	}
+	return uint32(v), true
+}

@@ -196,3 +196,35 @@ func TestSignalClient(t *testing.T) {
 		t.Errorf("terminate with a timeout, caller cancelled: %d, want %d", got, signalCanceled)
 	}
 }
+
+func TestSignalWarningPID(t *testing.T) {
+	notice := func(fields ...string) []byte {
+		var b []byte
+		for _, f := range fields {
+			b = append(append(b, f...), 0)
+		}
+		return append(b, 0)
+	}
+	ours := []string{"SWARNING", "VWARNING", "C01000", "MPID 4194305 is not a PostgreSQL backend process", "Fsignalfuncs.c", "L71", "Rpg_signal_backend"}
+	cases := []struct {
+		name string
+		body []byte
+		pid  uint32
+		ok   bool
+	}{
+		{"the warning", notice(ours...), 4194305, true},
+		{"localized", notice("SWARNUNG", "VWARNING", "C01000", "MPID 4194306 ist kein PostgreSQL-Serverprozess", "Rpg_signal_backend"), 4194306, true},
+		{"a backend's pid", notice("VWARNING", "C01000", "MPID 4000 is not a PostgreSQL backend process", "Rpg_signal_backend"), 0, false},
+		{"another routine", notice("VWARNING", "C01000", "MPID 4194305 is not a PostgreSQL backend process", "Rexec_stmt_raise"), 0, false},
+		{"another code", notice("VWARNING", "C42501", "MPID 4194305 is not a PostgreSQL backend process", "Rpg_signal_backend"), 0, false},
+		{"a notice", notice("VNOTICE", "C01000", "MPID 4194305 is not a PostgreSQL backend process", "Rpg_signal_backend"), 0, false},
+		{"two numbers", notice("VWARNING", "C01000", "MPID 4194305 is not 4194306", "Rpg_signal_backend"), 0, false},
+		{"truncated", []byte("VWARNING\x00C01000"), 0, false},
+	}
+	for _, c := range cases {
+		pid, ok := signalWarningPID(c.body)
+		if pid != c.pid || ok != c.ok {
+			t.Errorf("%s: signalWarningPID = %d, %v; want %d, %v", c.name, pid, ok, c.pid, c.ok)
+		}
+	}
+}

@@ -234,6 +234,11 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 		case !stores && identIs(src, t, "pg_listening_channels"):
 			a.channelsCall(src, st, i, hasQual)
 		case signalOf(src, t) != "":
+			if signalOf(src, t) == TerminateBackend {
+				a.f.Terminates = true
+			} else {
+				a.f.Cancels = true
+			}
 			a.signalCall(src, st)
 		}
 	}

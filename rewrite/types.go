@@ -320,12 +320,17 @@ type Findings struct {
 	// trailing ';' aside) that is one pg_terminate_backend or
 	// pg_cancel_backend call (see SignalCall), and the text calls neither
 	// function anywhere else.
-	Signal     *SignalCall
-	Statements int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
+	Signal *SignalCall
+	// Terminates and Cancels report that the text calls
+	// pg_terminate_backend or pg_cancel_backend (unqualified or
+	// pg_catalog-qualified) outside DO bodies, anywhere in a statement.
+	Terminates, Cancels bool
+	Statements          int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
 // Hit reports whether anything at all was found.
 func (f Findings) Hit() bool {
 	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
-		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || f.Signal != nil
+		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || f.Signal != nil ||
+		f.Terminates || f.Cancels
 }
