@@ -12,16 +12,16 @@ import (
 )
 
 // TestTerminateIdleBackendAsDirect is the shape of lib/pq's TestPing and
-// node-postgres' gh-issues/130 and connection-pool/error-tests.js ("errors
-// emitted on checked-out clients"): a client reads pg_backend_pid(), goes
-// idle outside a transaction, another connection terminates that backend,
-// and the client's next statement must fail. Directly it gets the FATAL
-// 57P01; through lockpool in pool_mode session, where the client keeps its
-// server connection, it must get the same. In pool_mode transaction the
-// backend went back to the pool when the client's transaction ended, so
-// terminating it does not reach the client: the client goes on, which is
-// the documented difference (README, Key pids: pg_backend_pid() names the
-// backend of the current transaction). Both are checked.
+// node-postgres' gh-issues/130: a client reads pg_backend_pid(), goes idle
+// outside a transaction, another connection terminates that pid, and the
+// client's next statement must fail. Directly it gets the FATAL 57P01.
+// Through lockpool in pool_mode session, where the client keeps its server
+// connection, it must get the same whoever terminates the backend. In
+// pool_mode transaction the backend went back to the pool when the
+// client's transaction ended: terminated through lockpool, the pid names
+// the client that read it (it ends with the same FATAL, and the pooled
+// backend lives on); terminated on PostgreSQL directly, only the pooled
+// backend ends and the client goes on (the documented difference).
 func TestTerminateIdleBackendAsDirect(t *testing.T) {
 	t.Parallel()
 	const role = "termidle"
@@ -34,10 +34,11 @@ func TestTerminateIdleBackendAsDirect(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	su := superConn(t, "postgres")
 
-	// run connects to dsn, terminates the client's backend from su once
-	// the client is idle, waits until the backend is gone and returns the
-	// client's next statement's error (nil: it went on).
-	run := func(t *testing.T, dsn string) error {
+	// run connects to dsn, reads the client's pg_backend_pid(), terminates
+	// that pid through term once the client is idle (su: PostgreSQL
+	// directly, whose backend must then be gone) and returns the client's
+	// next statement's error (nil: it went on).
+	run := func(t *testing.T, dsn string, term *pgx.Conn) error {
 		c, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -48,25 +49,41 @@ func TestTerminateIdleBackendAsDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ok bool
-		if err := su.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		if err := term.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
 			t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 		}
-		eventually(t, 10*time.Second, "the terminated backend to be gone", func() bool {
-			n, err := countBackends(ctx, su, "pid = "+itoa(int(pid)))
-			return err == nil && n == 0
-		})
+		if term == su {
+			eventually(t, 10*time.Second, "the terminated backend to be gone", func() bool {
+				n, err := countBackends(ctx, su, "pid = "+itoa(int(pid)))
+				return err == nil && n == 0
+			})
+		}
 		_, err = c.Exec(ctx, "SELECT 1")
 		return err
 	}
+	connect := func(dsn string) *pgx.Conn {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
 
-	direct := run(t, directDSN(t, role, "postgres"))
+	direct := run(t, directDSN(t, role, "postgres"), su)
 	if sqlState(direct) != "57P01" {
 		t.Fatalf("directly: %v, want 57P01 (the case tests nothing)", direct)
 	}
-	if through := run(t, l.dsn(role, "postgres")); sqlState(through) != sqlState(direct) {
-		t.Errorf("pool_mode session: %v, directly %v", through, direct)
+	if through := run(t, l.dsn(role, "postgres"), su); sqlState(through) != sqlState(direct) {
+		t.Errorf("pool_mode session, terminated on PostgreSQL: %v, directly %v", through, direct)
 	}
-	if through := run(t, l.dsn(role, "appdb")); through != nil {
-		t.Errorf("pool_mode transaction: %v; the client had no backend between transactions and should go on", through)
+	if through := run(t, l.dsn(role, "postgres"), connect(l.dsn(role, "postgres"))); sqlState(through) != sqlState(direct) {
+		t.Errorf("pool_mode session, terminated through lockpool: %v, directly %v", through, direct)
+	}
+	if through := run(t, l.dsn(role, "appdb"), connect(l.dsn(role, "appdb"))); sqlState(through) != sqlState(direct) {
+		t.Errorf("pool_mode transaction, terminated through lockpool: %v, directly %v", through, direct)
+	}
+	if through := run(t, l.dsn(role, "appdb"), su); through != nil {
+		t.Errorf("pool_mode transaction, terminated on PostgreSQL: %v; the client had no backend between transactions and should go on", through)
 	}
 }

@@ -91,6 +91,10 @@ type Server struct {
 
 	rc atomic.Pointer[runtimeConfig]
 
+	// seen: which client last read each backend's pid (seenpids.go); it
+	// has its own lock.
+	seen seenPIDs
+
 	mu          sync.Mutex
 	ln          net.Listener
 	sessions    map[uint32]*session // by lockpool's own backend pid
@@ -459,6 +463,7 @@ func (s *Server) unregister(ss *session) {
 		delete(s.sessions, ss.pid)
 	}
 	s.mu.Unlock()
+	s.seen.forget(ss.pid)
 }
 
 // cancelSession handles a CancelRequest with lockpool's key.

@@ -43,6 +43,13 @@ import (
 //     its own backend.
 //   - A key pid with another instance's number goes to that instance
 //     (clustersignal.go), which answers as above for its clients.
+//   - A backend's pid that a client of this instance read from
+//     pg_backend_pid() (seenPIDs: the last client that read it) stands for
+//     that client's key pid, as above: on PostgreSQL that pid names the
+//     reader's session. The backend itself is not signalled (it is
+//     lockpool's, and may serve another client by now). Such a constant
+//     pid is claimed like a key pid; a pid no client read goes to the
+//     server as before.
 //   - A $n pid that is no client's key pid: the call is sent to the server
 //     as the client sent it (its text, parameters and formats), which
 //     answers for its backends: true, a WARNING and false for a pid that is
@@ -72,7 +79,20 @@ func signalClaims(s *session, f *rewrite.Findings, _ policy.Decision) bool {
 	}
 	typ, _ := signalArgType(c.Args[0], 0)
 	pid, _ := signalConstant(c.Args[0], typ)
-	return isKeyPID(pid) && s.srv.keyPIDLive(uint32(pid))
+	if isKeyPID(pid) {
+		return s.srv.keyPIDLive(uint32(pid))
+	}
+	_, seen := s.seenBy(pid)
+	return seen
+}
+
+// seenBy returns the key pid of the client that last read pid from
+// pg_backend_pid() (seenPIDs), when pid is a backend's pid one did.
+func (s *session) seenBy(pid int64) (uint32, bool) {
+	if pid <= 0 || pid > math.MaxInt32 {
+		return 0, false
+	}
+	return s.srv.seen.client(uint32(pid))
 }
 
 // signalShape reports whether PostgreSQL would run the call as lockpool
@@ -421,10 +441,16 @@ func (p *signalPortal) run(s *session, formats []int16, withDesc bool) ([]byte, 
 	if c.Terminate() && p.timeout < 0 {
 		return nil, pgerr.New(pgerr.NumericValueOutOfRange, `"timeout" must not be negative`, "")
 	}
-	if !isKeyPID(p.pid) {
-		return s.passSignal(p, formats, withDesc)
-	}
 	pid := uint32(p.pid)
+	if !isKeyPID(p.pid) {
+		// A backend's pid that a client read from pg_backend_pid() names
+		// that client's session, as it would on PostgreSQL.
+		client, ok := s.seenBy(p.pid)
+		if !ok {
+			return s.passSignal(p, formats, withDesc)
+		}
+		pid = client
+	}
 	if pid == s.pid {
 		if c.Terminate() {
 			return nil, errTerminated()
@@ -666,7 +692,13 @@ const (
 // expectSignals notes that a statement with findings f (nil: none) is
 // going to the server: its signal functions' warnings are looked at until
 // the server owes nothing (onReady clears them).
+//
+// A statement that calls pg_backend_pid() makes this client the one that
+// last read the pid of the backend it runs on (seenPIDs).
 func (s *session) expectSignals(f *rewrite.Findings) {
+	if f != nil && f.BackendPID && s.link.sc != nil {
+		s.srv.seen.note(s.link.sc.PID, s.pid)
+	}
 	if f == nil || !f.Terminates && !f.Cancels {
 		return
 	}

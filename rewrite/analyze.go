@@ -226,6 +226,8 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 		switch {
 		case identIs(src, t, "set_config"):
 			a.setConfig(src, st, i+2)
+		case identIs(src, t, BackendPID):
+			a.f.BackendPID = true
 		case body:
 			// pg_notify and pg_listening_channels in a DO body: whether
 			// they run is not known, and positions would not be in src.

@@ -11,10 +11,10 @@ import "strings"
 //	'('      a call: the word before it (after whitespace) may end with one
 //	         of the function names (advisory, lease_*, set_config,
 //	         pg_notify, pg_listening_channels, pg_terminate_backend,
-//	         pg_cancel_backend); when a comment may sit between name and
+//	         pg_cancel_backend, pg_backend_pid); when a comment may sit between name and
 //	         '(' it falls back to a per-byte search for "advisory",
 //	         "lease_", "set_config", "pg_notify", "pg_listening_channels",
-//	         "pg_terminate_backend" and "pg_cancel_backend"
+//	         "pg_terminate_backend", "pg_cancel_backend" and "pg_backend_pid"
 //	';'      a statement start: the next word is a leading keyword
 //	'&'      U&' / U&" (escapes could spell any name)
 //	'p', 'P' the word temp/temporary (SELECT … INTO TEMP)
@@ -84,7 +84,7 @@ var callNames = [...]string{
 	"pg_advisory_xact_lock", "pg_advisory_xact_lock_shared", "pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared",
 	"pg_advisory_unlock", "pg_advisory_unlock_shared", "pg_advisory_unlock_all",
 	"lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_fence", "set_config",
-	"pg_notify", "pg_listening_channels", TerminateBackend, CancelBackend,
+	"pg_notify", "pg_listening_channels", TerminateBackend, CancelBackend, BackendPID,
 }
 
 // callsByLast holds callNames by their last byte, so a word is compared
@@ -153,7 +153,7 @@ func slowHit(s string) bool {
 		case '_':
 			if hasFold(s, i-5, "lease_") || hasFold(s, i-3, "set_config") ||
 				hasFold(s, i-2, "pg_notify") || hasFold(s, i-2, "pg_listening_channels") ||
-				hasFold(s, i-2, TerminateBackend) || hasFold(s, i-2, CancelBackend) {
+				hasFold(s, i-2, TerminateBackend) || hasFold(s, i-2, CancelBackend) || hasFold(s, i-2, BackendPID) {
 				return true
 			}
 		}

@@ -7,10 +7,12 @@ package rewrite
 // pg_terminate_backend(pid) FROM pg_stat_activity …, a DO body, a second
 // call) is not reported: it runs on the server unchanged.
 
-// Names of the signal functions.
+// Names of the signal functions, and of pg_backend_pid, whose answer a
+// client may pass to them (Findings.BackendPID).
 const (
 	TerminateBackend = "pg_terminate_backend"
 	CancelBackend    = "pg_cancel_backend"
+	BackendPID       = "pg_backend_pid"
 )
 
 // signalOf returns the signal function named by identifier t, or "".

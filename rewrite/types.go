@@ -325,6 +325,9 @@ type Findings struct {
 	// pg_terminate_backend or pg_cancel_backend (unqualified or
 	// pg_catalog-qualified) outside DO bodies, anywhere in a statement.
 	Terminates, Cancels bool
+	// BackendPID reports that the text calls pg_backend_pid()
+	// (unqualified or pg_catalog-qualified), in a DO body too.
+	BackendPID bool
 	Statements          int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
@@ -332,5 +335,5 @@ type Findings struct {
 func (f Findings) Hit() bool {
 	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
 		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || f.Signal != nil ||
-		f.Terminates || f.Cancels
+		f.Terminates || f.Cancels || f.BackendPID
 }
