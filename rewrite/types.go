@@ -328,7 +328,7 @@ type Findings struct {
 	// BackendPID reports that the text calls pg_backend_pid()
 	// (unqualified or pg_catalog-qualified), in a DO body too.
 	BackendPID bool
-	Statements          int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
+	Statements int // non-empty top-level statements; 0 when the prefilter found nothing (not lexed)
 }
 
 // Hit reports whether anything at all was found.

@@ -212,7 +212,7 @@ for suite in "${suites[@]}"; do
 		"$(count PASS direct)" "$(count FAIL direct)" "$(count SKIP direct)" \
 		"$(count PASS lockpool)" "$(count FAIL lockpool)" "$(count SKIP lockpool)")")
 	# Every test whose outcome differs, as "test direct→lockpool".
-	join -a1 -a2 -e MISSING -o 0,1.1,2.1 \
+	join -a1 -a2 -e MISSING -o 0,1.2,2.2 \
 		<(awk '{print $2, $1}' "$work/$suite-direct.out" | sort -k1,1 -u) \
 		<(awk '{print $2, $1}' "$work/$suite-lockpool.out" | sort -k1,1 -u) |
 		awk '$2 != $3' >"$work/$suite.diff"

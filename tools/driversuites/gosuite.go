@@ -71,46 +71,113 @@ func runGoSuite(g goSuite, dir, run string) ([]result, error) {
 	if werr != nil && !(errors.As(werr, &ee) && ee.ExitCode() == 1) {
 		return nil, fmt.Errorf("go test: %v (see %s)", werr, log.Name())
 	}
+	results = addUnstarted(results, g.module, copyDir, env)
 	return retryFailed(results, g.module, copyDir, env, log), nil
+}
+
+// addUnstarted adds a FAIL for every test go test -list names that the run
+// never started (its package's test binary died before reaching it), so
+// that retryFailed runs it and the two targets list the same tests.
+func addUnstarted(results []result, module, dir string, env []string) []result {
+	cmd := exec.Command("go", "test", "-list", ".", "./...")
+	cmd.Dir, cmd.Env = dir, env
+	out, _ := cmd.Output()
+	seen := map[string]bool{}
+	for _, r := range results {
+		seen[r.name] = true
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && (f[0] == "ok" || f[0] == "?" || f[0] == "FAIL"):
+			rel := strings.TrimPrefix(strings.TrimPrefix(f[1], module), "/")
+			for _, n := range names {
+				if rel != "" {
+					n = rel + "/" + n
+				}
+				if !seen[n] {
+					results = append(results, result{n, "FAIL"})
+				}
+			}
+			names = names[:0]
+		case len(f) == 1:
+			names = append(names, f[0])
+		}
+	}
+	sort.Slice(results, func(i, j int) bool { return results[i].name < results[j].name })
+	return results
 }
 
 // maxRetries bounds the tests run again one by one after a suite's run.
 const maxRetries = 60
 
-// retryFailed runs each failed top-level test once more, alone, and keeps
-// the second outcome. The suites carry tests with tight time limits (lib/pq's
+// retryFailed runs the failed top-level tests once more and keeps the second
+// outcome: first each package's failed tests together, then each test still
+// failing alone. The suites carry tests with tight time limits (lib/pq's
 // TestListenerClose allows 100 ms, and its panic ends the whole package, so
-// the tests still running with it never finish): on a loaded machine one
-// of them fails now and then, directly as through a pooler, and a comparison
-// of two runs would report noise. A test that fails twice is a failure.
-// Each retry's output is appended to log.
+// every test still running beside it never finishes): on a loaded machine
+// one of them fails now and then, directly as through a pooler, and a
+// comparison of two runs would report noise. A test that fails in all its
+// runs is a failure. The retries' output is appended to log.
 func retryFailed(results []result, module, dir string, env []string, log io.Writer) []result {
-	retries := 0
-	for i, r := range results {
-		if r.status != "FAIL" || strings.HasSuffix(r.name, "/(package)") || r.name == "(package)" {
-			continue
+	// rerun runs the named tests of one package and marks those that pass.
+	rerun := func(pkg string, idx []int) {
+		names := make([]string, len(idx))
+		for k, i := range idx {
+			names[k] = results[i].name[strings.LastIndex(results[i].name, "/")+1:]
 		}
-		if retries++; retries > maxRetries {
-			break
-		}
-		pkg, test := ".", r.name
-		if j := strings.LastIndex(r.name, "/"); j >= 0 {
-			pkg, test = "./"+r.name[:j], r.name[j+1:]
-		}
-		fmt.Fprintf(log, "=== driversuites: running %s again, alone\n", r.name)
-		cmd := exec.Command("go", "test", "-json", "-count=1", "-run", "^"+test+"$", pkg)
+		fmt.Fprintf(log, "=== driversuites: running again in %s: %s\n", pkg, strings.Join(names, " "))
+		cmd := exec.Command("go", "test", "-json", "-count=1", "-run", "^("+strings.Join(names, "|")+")$", pkg)
 		cmd.Dir, cmd.Env = dir, env
 		out, _ := cmd.Output()
 		_, _ = log.Write(out)
 		again, err := parseTestJSON(bytes.NewReader(out), module)
 		if err != nil {
-			continue
+			return
 		}
+		passed := map[string]bool{}
 		for _, a := range again {
-			if a.name == r.name && a.status == "PASS" {
+			passed[a.name] = a.status == "PASS"
+		}
+		for _, i := range idx {
+			if passed[results[i].name] {
 				results[i].status = "PASS"
-				fmt.Fprintf(log, "=== driversuites: %s passed when run again\n", r.name)
+				fmt.Fprintf(log, "=== driversuites: %s passed when run again\n", results[i].name)
 			}
+		}
+	}
+	failedByPkg := func() (map[string][]int, []string) {
+		m := map[string][]int{}
+		var pkgs []string
+		for i, r := range results {
+			if r.status != "FAIL" || r.name == "(package)" || strings.HasSuffix(r.name, "/(package)") {
+				continue
+			}
+			pkg := "."
+			if j := strings.LastIndex(r.name, "/"); j >= 0 {
+				pkg = "./" + r.name[:j]
+			}
+			if m[pkg] == nil {
+				pkgs = append(pkgs, pkg)
+			}
+			m[pkg] = append(m[pkg], i)
+		}
+		sort.Strings(pkgs)
+		return m, pkgs
+	}
+	m, pkgs := failedByPkg()
+	for _, pkg := range pkgs {
+		rerun(pkg, m[pkg])
+	}
+	m, pkgs = failedByPkg()
+	n := 0
+	for _, pkg := range pkgs {
+		for _, i := range m[pkg] {
+			if n++; n > maxRetries {
+				return results
+			}
+			rerun(pkg, []int{i})
 		}
 	}
 	return results
