@@ -184,6 +184,10 @@ for _ in $(seq 1 300); do
 done
 
 go build -o "$work/driversuites" ./tools/driversuites
+if [[ " ${suites[*]} " == *" node "* && ! -f integration/node/node_modules/pg/lib/index.js ]]; then
+	say "npm ci --prefix integration/node (node-postgres and what its tests load)"
+	npm ci --prefix integration/node --no-audit --no-fund >"$work/npm.log" 2>&1 || { cat "$work/npm.log" >&2; exit 1; }
+fi
 
 known="$root/integration/driversuites/known-differences.txt"
 status=0

@@ -75,9 +75,10 @@ func runGoSuite(g goSuite, dir, run string) ([]result, error) {
 	return retryFailed(results, g.module, copyDir, env, log), nil
 }
 
-// addUnstarted adds a FAIL for every test go test -list names that the run
-// never started (its package's test binary died before reaching it), so
-// that retryFailed runs it and the two targets list the same tests.
+// addUnstarted adds a FAIL for every test (Test and Fuzz functions) go test
+// -list names that the run never started (its package's test binary died
+// before reaching it), so that retryFailed runs it and the two targets list
+// the same tests.
 func addUnstarted(results []result, module, dir string, env []string) []result {
 	cmd := exec.Command("go", "test", "-list", ".", "./...")
 	cmd.Dir, cmd.Env = dir, env
@@ -101,7 +102,9 @@ func addUnstarted(results []result, module, dir string, env []string) []result {
 				}
 			}
 			names = names[:0]
-		case len(f) == 1:
+		case len(f) == 1 && (strings.HasPrefix(f[0], "Test") || strings.HasPrefix(f[0], "Fuzz")):
+			// Benchmarks do not run, nor do examples without an
+			// output comment; an example that runs is in results.
 			names = append(names, f[0])
 		}
 	}
@@ -128,7 +131,7 @@ func retryFailed(results []result, module, dir string, env []string, log io.Writ
 			names[k] = results[i].name[strings.LastIndex(results[i].name, "/")+1:]
 		}
 		fmt.Fprintf(log, "=== driversuites: running again in %s: %s\n", pkg, strings.Join(names, " "))
-		cmd := exec.Command("go", "test", "-json", "-count=1", "-run", "^("+strings.Join(names, "|")+")$", pkg)
+		cmd := exec.Command("go", "test", "-json", "-count=1", "-timeout", "5m", "-run", "^("+strings.Join(names, "|")+")$", pkg)
 		cmd.Dir, cmd.Env = dir, env
 		out, _ := cmd.Output()
 		_, _ = log.Write(out)
