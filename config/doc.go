@@ -3,12 +3,14 @@
 // every other package receives the plain structs of types.go.
 //
 // Every key is declared once, in the table keys (keys.go): its path, kind,
-// default, one-line meaning, value check and the struct field it fills. The
-// parser reads sections and keys by walking that table, applies the
-// defaults from it, and [KeyTable] renders README.md's key table from it
-// (`go generate ./config` rewrites README.md between the <!-- keys:begin -->
-// and <!-- keys:end --> lines; a test fails when they differ). Rules that
-// involve several keys are in validate.go.
+// default, one-line meaning, value check, the struct field it fills, and
+// whether a reload applies it (restart). The parser reads sections and keys
+// by walking that table and applies the defaults from it; [RestartNeeded]
+// (the reload's restart_needed keys), [Config.SettingsInForce] (the admin
+// console's SHOW CONFIG and its changeable column) and [Reference] (the
+// configuration reference, docs/configuration.md) are derived from it.
+// `go generate ./config` rewrites docs/configuration.md; a test fails when
+// it differs. Rules that involve several keys are in validate.go.
 //
 // Entry points: [Load] reads a file, expanding ${VAR} from the process
 // environment; [Parse] does the same from bytes with an injected getenv, for

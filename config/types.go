@@ -8,7 +8,7 @@ import (
 // Config is the whole parsed and validated configuration. Other packages
 // receive the plain structs below; only this package reads YAML. Each
 // field's comment names its key; the key's default, meaning and checks are
-// declared in keys.go (and listed in README.md).
+// declared in keys.go (and listed in docs/configuration.md).
 type Config struct {
 	Listen                 string        // listen: client-facing address
 	AdminListen            string        // admin_listen: /metrics, /up, /health/ready, /debug/* ("" disables)

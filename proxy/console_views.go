@@ -38,7 +38,7 @@ func (s *Server) adminViews() []adminView {
 		{"LISTENERS", func(context.Context) (any, error) { return s.listenerRows(), nil }},
 		{"STATS", func(context.Context) (any, error) { return s.statsRows(), nil }},
 		{"CLUSTER", func(context.Context) (any, error) { return s.clusterRows(), nil }},
-		{"CONFIG", func(context.Context) (any, error) { return s.Config().Settings(), nil }},
+		{"CONFIG", func(context.Context) (any, error) { return s.Config().SettingsInForce(s.started), nil }},
 		{"VERSION", func(context.Context) (any, error) { return []VersionRow{{Version: versionString()}}, nil }},
 	}
 }
