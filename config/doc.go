@@ -87,4 +87,7 @@
 //     LeakCheckInterval (0 = sweep off), ShutdownTimeout (0 = do not wait) and
 //     IdleTransactionTimeout (0 = off) are ≥ 0.
 //   - MaxMessageSize ∈ [1 KiB, 1 GiB].
+//   - Cluster is nil or has a Name and a Database (when not written: the
+//     database the budget_scope cluster applications name, postgres when
+//     none names one; an error when they name different ones).
 package config

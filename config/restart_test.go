@@ -33,7 +33,7 @@ func TestRestartNeeded(t *testing.T) {
 			want: []string{"applications[].budget_scope", "cluster"}},
 		{name: "new cluster application", cur: "users: [{name: app, password: pw}]\n" +
 			"applications: [{name: api, user: app, budget_scope: cluster}, {name: web2, user: app, database: web2, budget_scope: cluster}]\ncluster: {name: c}\n",
-			want: []string{"applications[].budget_scope"}},
+			want: []string{"applications[].budget_scope", "cluster"}}, // cluster.database's default becomes web2
 		{name: "instance application removed", cur: "users: [{name: app, password: pw}]\n" +
 			"applications: [{name: api, user: app, budget_scope: cluster}]\ncluster: {name: c}\n", want: nil},
 	} {
