@@ -33,6 +33,8 @@
 //   - max_message_size takes a plain integer (bytes) or an integer with a
 //     unit: B, kB (or KB, KiB), MB (MiB), GB (GiB). As in postgresql.conf the
 //     units are powers of 1024: 64MB = 64 MiB = 67108864 bytes.
+//   - admin_users takes a YAML list of names or a comma-separated string;
+//     the list is stored comma-separated.
 //   - A key written with an empty value (`key:` or `key: ~`) means "" for
 //     string keys (instance_id: "" means the default) and is an error for
 //     numbers, durations and the tls section.

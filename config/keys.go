@@ -20,6 +20,7 @@ const (
 	kindDuration             // Go syntax with a unit (250ms, 5s, 1h30m) or 0; *time.Duration
 	kindSize                 // bytes, or a number with B, kB, MB, GB (1024-based); *int
 	kindEnum                 // one of key.options; *string
+	kindNames                // names, comma-separated or as a YAML list of values; *string, comma-separated
 	kindSection              // a mapping of keys; key.at returns the struct they fill
 	kindList                 // a list of mappings; key.at appends an item and returns it
 )
@@ -134,8 +135,8 @@ var keys = []key{
 	{path: "log_pins_over", kind: kindDuration, def: "1m", check: nonNegative,
 		meaning: "a pin held longer than this is logged once, with its reason (see Logs); `0` turns it off",
 		at:      func(c any) any { return &c.(*Config).LogPinsOver }},
-	{path: "admin_users", kind: kindString, def: "",
-		meaning: "comma-separated users (each listed under `users`) who may log in to the admin console, the virtual database `lockpool` on the client port",
+	{path: "admin_users", kind: kindNames, def: "",
+		meaning: "users (each listed under `users`) who may log in to the admin console, the virtual database `lockpool` on the client port: a YAML list (`[ops, alice]`) or a comma-separated string (`ops,alice`)",
 		at:      func(c any) any { return &c.(*Config).AdminUsers }},
 
 	{path: "tls", restart: true, kind: kindSection, optional: true,
@@ -353,7 +354,7 @@ func children(path string) []*key {
 // value, for a message after "name: "; it quotes the value only as shown.
 func (k *key) set(dst any, text string, null bool, shown string) (problem string) {
 	switch k.kind {
-	case kindString:
+	case kindString, kindNames:
 		*dst.(*string) = text
 	case kindEnum:
 		if null || !contains(k.options, text) {

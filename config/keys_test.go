@@ -77,7 +77,7 @@ func TestKeyTable(t *testing.T) {
 			}
 			dst := k.at(targets[k.parent()])
 			want := map[kind]any{
-				kindString: new(string), kindEnum: new(string), kindBool: new(bool),
+				kindString: new(string), kindEnum: new(string), kindNames: new(string), kindBool: new(bool),
 				kindInt: new(int), kindSize: new(int), kindDuration: new(time.Duration),
 			}[k.kind]
 			if reflect.TypeOf(dst) != reflect.TypeOf(want) {

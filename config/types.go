@@ -27,7 +27,7 @@ type Config struct {
 	LogFormat              string        // log_format: text | json
 	LogLevel               string        // log_level: debug | info | warn | error
 	LogPinsOver            time.Duration // log_pins_over: a pin held longer than this is logged once (0 = off)
-	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool)
+	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool); a YAML list is joined
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User
