@@ -543,10 +543,14 @@ func TestSettings(t *testing.T) {
 		{"max_message_size", "1MB", true},
 		{"admin_users", " worker ,app,", true},
 		{"tls.cert_file", "/etc/lockpool/server.crt", false},
-		{"server.port", "5433", true},
+		{"server.port", "5433", false},
+		{"server.max_connections", "50", true},
 		{"server.max_lifetime", "2h0m0s", true},
 		{"leases.schema", "lp_leases", false},
 		{"handover_socket", "", false},
+		{"locks.max_waiters", "16", false},
+		{"notifications.max_pending", "1MB", true},
+		{"cluster.name", "", false},
 	} {
 		s, ok := got[tc.key]
 		if !ok || s.Value != tc.value || s.Reload != tc.reload {

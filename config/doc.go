@@ -3,12 +3,14 @@
 // every other package receives the plain structs of types.go.
 //
 // Every key is declared once, in the table keys (keys.go): its path, kind,
-// default, one-line meaning, value check and the struct field it fills. The
-// parser reads sections and keys by walking that table, applies the
-// defaults from it, and [KeyTable] renders README.md's key table from it
-// (`go generate ./config` rewrites README.md between the <!-- keys:begin -->
-// and <!-- keys:end --> lines; a test fails when they differ). Rules that
-// involve several keys are in validate.go.
+// default, one-line meaning, value check, the struct field it fills, and
+// whether a reload applies it (restart). The parser reads sections and keys
+// by walking that table and applies the defaults from it; [RestartNeeded]
+// (the reload's restart_needed keys), [Config.SettingsInForce] (the admin
+// console's SHOW CONFIG and its changeable column) and [Reference] (the
+// configuration reference, docs/configuration.md) are derived from it.
+// `go generate ./config` rewrites docs/configuration.md; a test fails when
+// it differs. Rules that involve several keys are in validate.go.
 //
 // Entry points: [Load] reads a file, expanding ${VAR} from the process
 // environment; [Parse] does the same from bytes with an injected getenv, for
@@ -31,6 +33,8 @@
 //   - max_message_size takes a plain integer (bytes) or an integer with a
 //     unit: B, kB (or KB, KiB), MB (MiB), GB (GiB). As in postgresql.conf the
 //     units are powers of 1024: 64MB = 64 MiB = 67108864 bytes.
+//   - admin_users takes a YAML list of names or a comma-separated string;
+//     the list is stored comma-separated.
 //   - A key written with an empty value (`key:` or `key: ~`) means "" for
 //     string keys (instance_id: "" means the default) and is an error for
 //     numbers, durations and the tls section.
@@ -85,4 +89,7 @@
 //     LeakCheckInterval (0 = sweep off), ShutdownTimeout (0 = do not wait) and
 //     IdleTransactionTimeout (0 = off) are ≥ 0.
 //   - MaxMessageSize ∈ [1 KiB, 1 GiB].
+//   - Cluster is nil or has a Name and a Database (when not written: the
+//     database the budget_scope cluster applications name, postgres when
+//     none names one; an error when they name different ones).
 package config

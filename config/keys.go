@@ -1,8 +1,6 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,7 +8,7 @@ import (
 	"time"
 )
 
-//go:generate go run ./cmd/keytable -readme ../README.md
+//go:generate go run ./cmd/keytable -out ../docs/configuration.md
 
 // kind is how a key's value is written and stored.
 type kind uint8
@@ -22,16 +20,19 @@ const (
 	kindDuration             // Go syntax with a unit (250ms, 5s, 1h30m) or 0; *time.Duration
 	kindSize                 // bytes, or a number with B, kB, MB, GB (1024-based); *int
 	kindEnum                 // one of key.options; *string
+	kindNames                // names, comma-separated or as a YAML list of values; *string, comma-separated
 	kindSection              // a mapping of keys; key.at returns the struct they fill
 	kindList                 // a list of mappings; key.at appends an item and returns it
 )
 
 // key declares one configuration key: how it is parsed, its default, how its
-// value is checked, and its line in README.md. The table keys is the only
-// place a key is declared; the parser, the defaults and README's key table
+// value is checked, whether a reload applies it, and its row in the
+// configuration reference (docs/configuration.md). The table keys is the
+// only place a key is declared; the parser, the defaults, the reload's
+// restart check, SHOW CONFIG and the reference
 // are all driven by it (like PgBouncer's bouncer_params).
 type key struct {
-	// path is the key's name as README.md shows it: "listen",
+	// path is the key's name as the reference shows it: "listen",
 	// "server.max_connections", "applications[].max_pinned". The part
 	// before the last dot names the section or list (a kindSection or
 	// kindList entry) the key belongs to; "[]" marks a list's items.
@@ -42,12 +43,12 @@ type key struct {
 	// written keys are read. "" means "" for strings, and is not allowed
 	// for other kinds (a test checks that every default converts).
 	def string
-	// shown replaces `def` in README's default column when the default is
+	// shown replaces `def` in the reference's default column when the default is
 	// not a value one could write (instance_id's is computed) or when there
 	// is none ("—": the key is required, or optional with no effect
 	// unless written). config.yaml may then show an example value.
 	shown string
-	// meaning is README's one-line description (Markdown, no |).
+	// meaning is the reference's one-line description (Markdown, no |).
 	meaning string
 	// options are the values a kindEnum key accepts, in the order error
 	// messages list them; meaning must name each of them in backquotes.
@@ -67,21 +68,32 @@ type key struct {
 	// empty, when set, is the error for a kindSection written with no value
 	// (tls:); otherwise an empty section is filled with defaults.
 	empty string
+	// restart: a reload (SIGHUP, the console's RELOAD) does not apply a new
+	// value, or not fully: what was built from the old one at start (the
+	// listeners, client TLS, the logger's format, the event loops, the
+	// lease store, lockpool's own lock connections, the cluster
+	// coordinator, the address of lockpool's own connections) keeps it
+	// until a restart. The reload names such keys in its log line
+	// ([RestartNeeded]), SHOW CONFIG shows them as not changeable and the
+	// configuration reference marks them. On a section, adding or removing
+	// the section needs a restart, a change inside it is reported under the
+	// section's name, and every key of the section must be marked too.
+	restart bool
 }
 
-// keys declares every configuration key, in the order of README.md's table
+// keys declares every configuration key, in the order of the reference
 // and of "known keys" in messages. Sections come before their keys.
 var keys = []key{
-	{path: "listen", kind: kindString, def: "127.0.0.1:6432", check: hostPort(false),
+	{path: "listen", restart: true, kind: kindString, def: "127.0.0.1:6432", check: hostPort(false),
 		meaning: "client-facing address",
 		at:      func(c any) any { return &c.(*Config).Listen }},
-	{path: "admin_listen", kind: kindString, def: "127.0.0.1:9930", check: hostPort(true),
+	{path: "admin_listen", restart: true, kind: kindString, def: "127.0.0.1:9930", check: hostPort(true),
 		meaning: "`/metrics`, `/up`, `/health/ready`, `/debug/locks`, the admin views (`/debug/pools`, …), `/debug/pprof/`; `\"\"` turns it off",
 		at:      func(c any) any { return &c.(*Config).AdminListen }},
 	{path: "auth_method", kind: kindEnum, def: "scram-sha-256", options: []string{"scram-sha-256", "md5", "trust"},
 		meaning: "`scram-sha-256`, `md5` or `trust` (trust only when written here)",
 		at:      func(c any) any { return &c.(*Config).AuthMethod }},
-	{path: "instance_id", kind: kindString, def: "", shown: "host name + `-` + pid",
+	{path: "instance_id", restart: true, kind: kindString, def: "", shown: "host name + `-` + pid",
 		meaning: "this instance's name in lease holders; `\"\"` means the default",
 		at:      func(c any) any { return &c.(*Config).InstanceID }},
 	{path: "leak_check_interval", kind: kindDuration, def: "10s", check: nonNegative,
@@ -90,8 +102,8 @@ var keys = []key{
 	{path: "shutdown_timeout", kind: kindDuration, def: "30s", check: nonNegative,
 		meaning: "on SIGTERM, how long running transactions may finish before clients get 57P01",
 		at:      func(c any) any { return &c.(*Config).ShutdownTimeout }},
-	{path: "handover_socket", kind: kindString, def: "", check: socketPath,
-		meaning: "a Unix socket path (mode 0600) on which a running lockpool hands its listening sockets to a new lockpool started with the same `listen` and `admin_listen`, for restarts that refuse no connection (see Restarts without refusing anyone); `\"\"` turns it off; read at start only",
+	{path: "handover_socket", restart: true, kind: kindString, def: "", check: socketPath,
+		meaning: "a Unix socket path (mode 0600) on which a running lockpool hands its listening sockets to a new lockpool started with the same `listen` and `admin_listen`, for restarts that refuse no connection (see Restarts without refusing anyone); `\"\"` turns it off",
 		at:      func(c any) any { return &c.(*Config).HandoverSocket }},
 	{path: "client_login_timeout", kind: kindDuration, def: "15s", check: positive,
 		meaning: "startup and authentication must finish within this",
@@ -105,16 +117,16 @@ var keys = []key{
 	{path: "max_client_connections", kind: kindInt, def: "10000", check: atLeast(1),
 		meaning: "logged-in clients over all applications; more get 53300 at login",
 		at:      func(c any) any { return &c.(*Config).MaxClientConnections }},
-	{path: "event_loops", kind: kindInt, def: "0", check: atLeast(0),
-		meaning: "event loops that run the client sessions (each an epoll loop on its own thread driving its sessions as coroutines); `0` is one per four CPUs, at least one (see Performance); read at start only",
+	{path: "event_loops", restart: true, kind: kindInt, def: "0", check: atLeast(0),
+		meaning: "event loops that run the client sessions (each an epoll loop on its own thread driving its sessions as coroutines); `0` is one per four CPUs, at least one (see Performance)",
 		at:      func(c any) any { return &c.(*Config).EventLoops }},
-	{path: "io_uring", kind: kindBool, def: "true",
-		meaning: "each event loop sends the replies and queries of one turn with one io_uring submission, and receives for all the sessions waiting in a read whose sockets became readable together with one more (Linux 5.19 or later; where the kernel refuses io_uring, as under seccomp filters that block it, the loop logs that and sends and receives one by one); `false` always does; read at start only",
+	{path: "io_uring", restart: true, kind: kindBool, def: "true",
+		meaning: "each event loop sends the replies and queries of one turn with one io_uring submission, and receives for all the sessions waiting in a read whose sockets became readable together with one more (Linux 5.19 or later; where the kernel refuses io_uring, as under seccomp filters that block it, the loop logs that and sends and receives one by one); `false` always does",
 		at:      func(c any) any { return &c.(*Config).IOURing }},
 	{path: "admin_token", kind: kindString, def: "",
 		meaning: "when set, `/debug/*` needs `Authorization: Bearer <token>` (`/metrics`, `/up`, `/health/ready` stay open); required when `admin_listen` is not a loopback address",
 		at:      func(c any) any { return &c.(*Config).AdminToken }},
-	{path: "log_format", kind: kindEnum, def: "text", options: []string{"text", "json"},
+	{path: "log_format", restart: true, kind: kindEnum, def: "text", options: []string{"text", "json"},
 		meaning: "`text` (logfmt, `key=value`) or `json` (one JSON object per line); see Logs",
 		at:      func(c any) any { return &c.(*Config).LogFormat }},
 	{path: "log_level", kind: kindEnum, def: "info", options: []string{"debug", "info", "warn", "error"},
@@ -123,32 +135,32 @@ var keys = []key{
 	{path: "log_pins_over", kind: kindDuration, def: "1m", check: nonNegative,
 		meaning: "a pin held longer than this is logged once, with its reason (see Logs); `0` turns it off",
 		at:      func(c any) any { return &c.(*Config).LogPinsOver }},
-	{path: "admin_users", kind: kindString, def: "",
-		meaning: "comma-separated users (each listed under `users`) who may log in to the admin console, the virtual database `lockpool` on the client port",
+	{path: "admin_users", kind: kindNames, def: "",
+		meaning: "users (each listed under `users`) who may log in to the admin console, the virtual database `lockpool` on the client port: a YAML list (`[ops, alice]`) or a comma-separated string (`ops,alice`)",
 		at:      func(c any) any { return &c.(*Config).AdminUsers }},
 
-	{path: "tls", kind: kindSection, optional: true,
+	{path: "tls", restart: true, kind: kindSection, optional: true,
 		empty:   "tls is empty: set cert_file and key_file, or remove tls to serve without TLS",
 		meaning: "optional client-facing TLS",
 		at:      func(c any) any { c.(*Config).TLS = &TLS{}; return c.(*Config).TLS }},
-	{path: "tls.cert_file", kind: kindString, shown: "—",
+	{path: "tls.cert_file", restart: true, kind: kindString, shown: "—",
 		meaning: "certificate (PEM) for client-facing TLS: lockpool answers SSLRequest with a real handshake; required when `tls` is set",
 		at:      func(t any) any { return &t.(*TLS).CertFile }},
-	{path: "tls.key_file", kind: kindString, shown: "—",
+	{path: "tls.key_file", restart: true, kind: kindString, shown: "—",
 		meaning: "its private key (PEM); required when `tls` is set",
 		at:      func(t any) any { return &t.(*TLS).KeyFile }},
-	{path: "tls.required", kind: kindBool, def: "false",
+	{path: "tls.required", restart: true, kind: kindBool, def: "false",
 		meaning: "refuse clients that do not ask for TLS (28000)",
 		at:      func(t any) any { return &t.(*TLS).Required }},
 
 	{path: "server", kind: kindSection,
 		meaning: "the PostgreSQL behind the proxy",
 		at:      func(c any) any { return &c.(*Config).Server }},
-	{path: "server.host", kind: kindString, def: "127.0.0.1",
+	{path: "server.host", restart: true, kind: kindString, def: "127.0.0.1",
 		check:   notEmpty("a host name, an IP address, or a Unix socket directory starting with /"),
 		meaning: "PostgreSQL host, or a Unix socket directory starting with `/`",
 		at:      func(s any) any { return &s.(*Server).Host }},
-	{path: "server.port", kind: kindInt, def: "5432", check: between(1, 65535),
+	{path: "server.port", restart: true, kind: kindInt, def: "5432", check: between(1, 65535),
 		meaning: "PostgreSQL port",
 		at:      func(s any) any { return &s.(*Server).Port }},
 	{path: "server.max_connections", kind: kindInt, def: "20", check: atLeast(1),
@@ -163,13 +175,13 @@ var keys = []key{
 	{path: "server.connect_timeout", kind: kindDuration, def: "5s", check: positive,
 		meaning: "dialing plus server login",
 		at:      func(s any) any { return &s.(*Server).ConnectTimeout }},
-	{path: "server.dial_concurrency", kind: kindInt, def: "4", check: atLeast(1),
-		meaning: "server connections being opened (dial and login) at once; more wait their turn, so a burst of clients does not make every login time out; a dial that fails for a connection error, a timeout, 53300 or 57P03 is retried for a waiting client within its `wait_timeout`; read at start only",
+	{path: "server.dial_concurrency", restart: true, kind: kindInt, def: "4", check: atLeast(1),
+		meaning: "server connections being opened (dial and login) at once; more wait their turn, so a burst of clients does not make every login time out; a dial that fails for a connection error, a timeout, 53300 or 57P03 is retried for a waiting client within its `wait_timeout`",
 		at:      func(s any) any { return &s.(*Server).DialConcurrency }},
-	{path: "server.tls", kind: kindEnum, def: "prefer", options: []string{"disable", "prefer", "require", "verify-full"},
+	{path: "server.tls", restart: true, kind: kindEnum, def: "prefer", options: []string{"disable", "prefer", "require", "verify-full"},
 		meaning: "TLS to PostgreSQL: `disable`, `prefer`, `require` or `verify-full` (as libpq's sslmode)",
 		at:      func(s any) any { return &s.(*Server).TLS }},
-	{path: "server.ca_file", kind: kindString, shown: "—",
+	{path: "server.ca_file", restart: true, kind: kindString, shown: "—",
 		meaning: "CA bundle that verifies the server's certificate (`require` or `verify-full`)",
 		at:      func(s any) any { return &s.(*Server).CAFile }},
 
@@ -227,7 +239,7 @@ var keys = []key{
 	{path: "applications[].max_prepared_statements", kind: kindInt, def: "200", check: atLeast(1),
 		meaning: "protocol-level prepared statements kept per server connection (LRU)",
 		at:      func(a any) any { return &a.(*Application).MaxPreparedStatements }},
-	{path: "applications[].budget_scope", kind: kindEnum, def: "instance", options: []string{"instance", "cluster"},
+	{path: "applications[].budget_scope", restart: true, kind: kindEnum, def: "instance", options: []string{"instance", "cluster"},
 		meaning: "`instance`: `max_connections` and `max_pinned` are this instance's; `cluster`: they are shared by every instance of `cluster.name` (see Several instances, one budget)",
 		at:      func(a any) any { return &a.(*Application).BudgetScope }},
 	{path: "applications[].min_share", kind: kindInt, def: "1", check: atLeast(0),
@@ -259,30 +271,30 @@ var keys = []key{
 	{path: "leases", kind: kindSection,
 		meaning: "the lease store",
 		at:      func(c any) any { return &c.(*Config).Leases }},
-	{path: "leases.schema", kind: kindString, def: "lockpool", check: sqlIdentifier,
+	{path: "leases.schema", restart: true, kind: kindString, def: "lockpool", check: sqlIdentifier,
 		meaning: "where the lease table lives, in each database that uses leases (a lowercase SQL identifier)",
 		at:      func(l any) any { return &l.(*Leases).Schema }},
-	{path: "leases.max_connections", kind: kindInt, def: "2", check: atLeast(1),
+	{path: "leases.max_connections", restart: true, kind: kindInt, def: "2", check: atLeast(1),
 		meaning: "lockpool's own lease connections (plus one LISTEN connection per database with waiters)",
 		at:      func(l any) any { return &l.(*Leases).MaxConnections }},
 
-	{path: "cluster", kind: kindSection, optional: true,
+	{path: "cluster", restart: true, kind: kindSection, optional: true,
 		empty:   "cluster is empty: set cluster.name, or remove cluster to keep every budget per instance",
-		meaning: "optional: the lockpool instances that share `budget_scope: cluster` budgets through PostgreSQL (read at start)",
+		meaning: "optional: the lockpool instances that share `budget_scope: cluster` budgets through PostgreSQL",
 		at:      func(c any) any { c.(*Config).Cluster = &Cluster{}; return c.(*Config).Cluster }},
-	{path: "cluster.name", kind: kindString, shown: "—",
+	{path: "cluster.name", restart: true, kind: kindString, shown: "—",
 		meaning: "instances with the same name share their cluster budgets; required when `cluster` is set",
 		at:      func(k any) any { return &k.(*Cluster).Name }},
-	{path: "cluster.database", kind: kindString, def: "postgres",
-		meaning: "the database whose `leases.schema` holds the cluster tables (`cluster_instances`, `cluster_slots`); an application must be configured for it (or for any database): its user logs in",
+	{path: "cluster.database", restart: true, kind: kindString, def: "", shown: "the cluster applications' database, else `postgres`",
+		meaning: "the database whose `leases.schema` holds the cluster tables (`cluster_instances`, `cluster_slots`); an application must be configured for it (or for any database): its user logs in. When not set: the database the `budget_scope: cluster` applications name, when they all name the same one (`postgres` when none names one); it must be set when they name different ones",
 		at:      func(k any) any { return &k.(*Cluster).Database }},
-	{path: "cluster.ttl", kind: kindDuration, def: "5s", check: positive,
+	{path: "cluster.ttl", restart: true, kind: kindDuration, def: "5s", check: positive,
 		meaning: "an instance that has not heartbeaten for this long is dead: the others reclaim its slots once its backends are gone",
 		at:      func(k any) any { return &k.(*Cluster).TTL }},
-	{path: "cluster.heartbeat", kind: kindDuration, def: "0s", shown: "`ttl` / 10", check: nonNegative,
+	{path: "cluster.heartbeat", restart: true, kind: kindDuration, def: "0s", shown: "`ttl` / 10", check: nonNegative,
 		meaning: "how often an instance heartbeats and rebalances its slots; `0` means `ttl` / 10; must be less than `ttl` / 2",
 		at:      func(k any) any { return &k.(*Cluster).Heartbeat }},
-	{path: "cluster.advertise", kind: kindString, def: "", shown: "the client listener's address", check: hostPort(true),
+	{path: "cluster.advertise", restart: true, kind: kindString, def: "", shown: "the client listener's address", check: hostPort(true),
 		meaning: "host:port other instances forward cancel and signal requests for this instance's clients to",
 		at:      func(k any) any { return &k.(*Cluster).Advertise }},
 
@@ -296,10 +308,10 @@ var keys = []key{
 	{path: "locks", kind: kindSection,
 		meaning: "lockpool's own lock connections, for applications with `advisory_locks: hold`",
 		at:      func(c any) any { return &c.(*Config).Locks }},
-	{path: "locks.max_connections", kind: kindInt, def: "2", check: atLeast(1),
+	{path: "locks.max_connections", restart: true, kind: kindInt, def: "2", check: atLeast(1),
 		meaning: "lock connections per database (`application_name` `lockpool locks`; one more evaluates key expressions), outside every application budget",
 		at:      func(l any) any { return &l.(*Locks).MaxConnections }},
-	{path: "locks.max_waiters", kind: kindInt, def: "16", check: atLeast(1),
+	{path: "locks.max_waiters", restart: true, kind: kindInt, def: "16", check: atLeast(1),
 		meaning: "blocking acquires per database that wait behind a holder outside lockpool at once (more queue in lockpool)",
 		at:      func(l any) any { return &l.(*Locks).MaxWaiters }},
 }
@@ -342,7 +354,7 @@ func children(path string) []*key {
 // value, for a message after "name: "; it quotes the value only as shown.
 func (k *key) set(dst any, text string, null bool, shown string) (problem string) {
 	switch k.kind {
-	case kindString:
+	case kindString, kindNames:
 		*dst.(*string) = text
 	case kindEnum:
 		if null || !contains(k.options, text) {
@@ -520,56 +532,4 @@ func sqlIdentifier(name string, v any, quoted string) string {
 		return name + ": " + quoted + " " + msg
 	}
 	return ""
-}
-
-// The markers around README.md's key table.
-const (
-	KeysBegin = "<!-- keys:begin -->"
-	KeysEnd   = "<!-- keys:end -->"
-)
-
-// KeyTable returns the Markdown table of every configuration key (key,
-// default, meaning), generated from the key declarations. README.md holds
-// a copy between [KeysBegin] and [KeysEnd]; [SpliceKeyTable] renews it.
-func KeyTable() string {
-	var b strings.Builder
-	b.WriteString("| key | default | meaning |\n| --- | --- | --- |\n")
-	for i := range keys {
-		k := &keys[i]
-		if !k.isValue() {
-			continue
-		}
-		def := k.shown
-		if def == "" {
-			def = "`" + k.def + "`"
-			if k.def == "" {
-				def = "`\"\"`"
-			}
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.path, cell(def), cell(k.meaning))
-	}
-	return b.String()
-}
-
-// cell escapes the one character that would end a Markdown table cell.
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-
-// SpliceKeyTable returns doc with the lines between the KeysBegin and
-// KeysEnd marker lines replaced by [KeyTable]. Both markers must be present,
-// once each, in that order.
-func SpliceKeyTable(doc []byte) ([]byte, error) {
-	begin, end := []byte(KeysBegin+"\n"), []byte("\n"+KeysEnd)
-	if bytes.Count(doc, begin) != 1 || bytes.Count(doc, end) != 1 {
-		return nil, errors.New("need exactly one " + KeysBegin + " line and one " + KeysEnd + " line")
-	}
-	i := bytes.Index(doc, begin) + len(begin)
-	j := bytes.Index(doc, end)
-	if j < i-1 {
-		return nil, errors.New(KeysEnd + " comes before " + KeysBegin)
-	}
-	var out bytes.Buffer
-	out.Write(doc[:i])
-	out.WriteString(KeyTable()) // ends with a newline, which end starts with
-	out.Write(doc[j+1:])
-	return out.Bytes(), nil
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"maps"
 	"os"
 	"reflect"
@@ -61,6 +60,12 @@ func TestKeyTable(t *testing.T) {
 					t.Errorf("[] must mark exactly the keys of a list")
 				}
 			}
+			if parent != nil && parent.restart && !k.restart {
+				t.Errorf("section %s needs a restart, so must each of its keys", parent.path)
+			}
+			if k.restart && k.kind == kindList {
+				t.Errorf("restart marks a list's keys, not the list")
+			}
 			if !k.isValue() {
 				if k.def != "" || k.check != nil || k.options != nil {
 					t.Errorf("a section has no default, check or options")
@@ -72,7 +77,7 @@ func TestKeyTable(t *testing.T) {
 			}
 			dst := k.at(targets[k.parent()])
 			want := map[kind]any{
-				kindString: new(string), kindEnum: new(string), kindBool: new(bool),
+				kindString: new(string), kindEnum: new(string), kindNames: new(string), kindBool: new(bool),
 				kindInt: new(int), kindSize: new(int), kindDuration: new(time.Duration),
 			}[k.kind]
 			if reflect.TypeOf(dst) != reflect.TypeOf(want) {
@@ -132,52 +137,49 @@ func TestKeyTableCoversStructs(t *testing.T) {
 	}
 }
 
-// TestReadmeKeyTable fails when README.md's key table is not the one the
+// TestReferencePage fails when docs/configuration.md is not the page the
 // declarations generate.
-func TestReadmeKeyTable(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestReferencePage(t *testing.T) {
+	doc, err := os.ReadFile("../" + ReferencePath)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (run go generate ./config)", err)
 	}
-	want, err := SpliceKeyTable(readme)
-	if err != nil {
-		t.Fatalf("README.md: %v", err)
-	}
-	if !bytes.Equal(readme, want) {
-		got := strings.Split(string(readme), "\n")
-		for i, l := range strings.Split(string(want), "\n") {
+	want := Reference()
+	if string(doc) != want {
+		got := strings.Split(string(doc), "\n")
+		for i, l := range strings.Split(want, "\n") {
 			if i >= len(got) || got[i] != l {
-				t.Fatalf("README.md's key table is out of date (run go generate ./config); first difference at line %d:\nREADME:    %q\ngenerated: %q",
-					i+1, strings.Join(got[i:min(i+1, len(got))], ""), l)
+				t.Fatalf("%s is out of date (run go generate ./config); first difference at line %d:\npage:      %q\ngenerated: %q",
+					ReferencePath, i+1, strings.Join(got[i:min(i+1, len(got))], ""), l)
 			}
 		}
-		t.Fatalf("README.md's key table is out of date (run go generate ./config)")
+		t.Fatalf("%s is out of date (run go generate ./config)", ReferencePath)
 	}
 }
 
-func TestSpliceKeyTable(t *testing.T) {
-	table := KeyTable()
-	for _, tc := range []struct{ name, in, want, err string }{
-		{"replaces", "a\n" + KeysBegin + "\nold\nrows\n" + KeysEnd + "\nb\n", "a\n" + KeysBegin + "\n" + table + KeysEnd + "\nb\n", ""},
-		{"fills empty", KeysBegin + "\n" + KeysEnd + "\n", KeysBegin + "\n" + table + KeysEnd + "\n", ""},
-		{"idempotent", KeysBegin + "\n" + table + KeysEnd, KeysBegin + "\n" + table + KeysEnd, ""},
-		{"no markers", "a\nb\n", "", "need exactly one"},
-		{"no end", KeysBegin + "\nx\n", "", "need exactly one"},
-		{"twice", KeysBegin + "\n" + KeysEnd + "\n" + KeysBegin + "\n" + KeysEnd + "\n", "", "need exactly one"},
-		{"reversed", "x\n" + KeysEnd + "\n" + KeysBegin + "\n", "", "comes before"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := SpliceKeyTable([]byte(tc.in))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want %q", err, tc.err)
-				}
-				return
+// TestReferenceMarksRestartKeys: every value key has one row, with its
+// reload mark.
+func TestReferenceMarksRestartKeys(t *testing.T) {
+	page := Reference()
+	for i := range keys {
+		k := &keys[i]
+		if !k.isValue() {
+			continue
+		}
+		mark := "applied"
+		if k.restart {
+			mark = "**restart**"
+		}
+		prefix := "| `" + k.path + "` | "
+		var rows []string
+		for _, l := range strings.Split(page, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				rows = append(rows, l)
 			}
-			if err != nil || string(got) != tc.want {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
-			}
-		})
+		}
+		if len(rows) != 1 || strings.Split(rows[0], " | ")[2] != mark {
+			t.Errorf("%s: rows %q, want one marked %s", k.path, rows, mark)
+		}
 	}
 }
 

@@ -491,6 +491,10 @@ func (p *parser) fill(n *yaml.Node, path, where string, line int, target any) *s
 
 // value reads the written value of k, if any, from s into dst.
 func (p *parser) value(s *section, k *key, dst any) {
+	if n := deref(s.vals[k.name()]); k.kind == kindNames && n != nil && n.Kind == yaml.SequenceNode {
+		p.names(s, k, n, dst.(*string))
+		return
+	}
 	text, shown, null, ok := p.scalar(s, k.name())
 	if !ok {
 		return
@@ -499,6 +503,39 @@ func (p *parser) value(s *section, k *key, dst any) {
 		p.errorf(s.lineOf(k.name()), "%s: %s", s.name(k.name()), problem)
 		s.failed[k.name()] = true
 	}
+}
+
+// names reads k, a kindNames key written as the YAML list n, into dst as
+// comma-separated names. Each item must be a single value without a comma.
+func (p *parser) names(s *section, k *key, n *yaml.Node, dst *string) {
+	var out []string
+	for i, item := range n.Content {
+		name := fmt.Sprintf("%s[%d]", s.name(k.name()), i)
+		line := itemLine(item, s.lineOf(k.name()))
+		item = deref(item)
+		if item == nil || item.Kind != yaml.ScalarNode || isNull(item) {
+			kind := "an empty value"
+			if item != nil && !isNull(item) {
+				kind = kindName(item)
+			}
+			p.errorf(line, "%s must be a name, not %s", name, kind)
+			s.failed[k.name()] = true
+			continue
+		}
+		v, msg := expand(item.Value, p.getenv)
+		if msg != "" {
+			p.errorf(line, "%s: %s", name, msg)
+			s.failed[k.name()] = true
+			continue
+		}
+		if strings.Contains(v, ",") {
+			p.errorf(line, "%s: %s contains a comma; write one name per item", name, strconv.Quote(truncate(item.Value, 60)))
+			s.failed[k.name()] = true
+			continue
+		}
+		out = append(out, strings.TrimSpace(v))
+	}
+	*dst = strings.Join(out, ",")
 }
 
 // fillSection reads the section k of s. An optional section that is not

@@ -13,40 +13,37 @@ type Setting struct {
 	Value   string `json:"value"`
 	Default string `json:"default"`
 	// Reload: a new value takes effect on reload (SIGHUP, RELOAD); false
-	// means it needs a restart.
+	// means it needs a restart (the key table's restart mark, which
+	// [RestartNeeded] reports from too).
 	Reload bool `json:"changeable"`
 }
 
-// restartKeys are the keys (or sections) a reload does not apply.
-var restartKeys = []string{"listen", "admin_listen", "instance_id", "tls", "leases", "event_loops", "io_uring", "server.dial_concurrency", "handover_socket"}
-
 // Settings lists the value of every key outside the users and
-// applications lists, in the order of the key table. Passwords and
-// admin_token show as "(set)" when set.
-func (c *Config) Settings() []Setting {
-	sections := map[string]any{"": c, "server": &c.Server, "leases": &c.Leases}
-	if c.TLS != nil {
-		sections["tls"] = c.TLS
-	}
-	if c.AuthQuery != nil {
-		sections["auth_query"] = c.AuthQuery
-	}
+// applications lists, in the order of the key table; a key of an optional
+// section that is not configured shows "". Passwords and admin_token show
+// as "(set)" when set.
+func (c *Config) Settings() []Setting { return c.SettingsInForce(c) }
+
+// SettingsInForce is [Config.Settings] after reloads from started, the
+// configuration lockpool started with, to c: a key a reload does not apply
+// (Reload false) shows started's value, which stays in force until a
+// restart.
+func (c *Config) SettingsInForce(started *Config) []Setting {
 	var out []Setting
 	for i := range keys {
 		k := &keys[i]
 		if !k.isValue() || strings.Contains(k.path, "[]") {
 			continue
 		}
-		st := Setting{Key: k.path, Default: k.def, Reload: true}
+		st := Setting{Key: k.path, Default: k.def, Reload: !k.restart}
 		if k.shown != "" {
 			st.Default = k.shown
 		}
-		for _, r := range restartKeys {
-			if k.path == r || strings.HasPrefix(k.path, r+".") {
-				st.Reload = false
-			}
+		from := c
+		if k.restart {
+			from = started
 		}
-		if parent, ok := sections[k.parent()]; ok {
+		if parent := sectionOf(from, k.parent()); parent != nil {
 			st.Value = formatValue(k, load(k.at(parent)))
 		}
 		if secret := k.name() == "password" || k.path == "admin_token"; secret && st.Value != "" {

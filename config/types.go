@@ -8,7 +8,7 @@ import (
 // Config is the whole parsed and validated configuration. Other packages
 // receive the plain structs below; only this package reads YAML. Each
 // field's comment names its key; the key's default, meaning and checks are
-// declared in keys.go (and listed in README.md).
+// declared in keys.go (and listed in docs/configuration.md).
 type Config struct {
 	Listen                 string        // listen: client-facing address
 	AdminListen            string        // admin_listen: /metrics, /up, /health/ready, /debug/* ("" disables)
@@ -27,7 +27,7 @@ type Config struct {
 	LogFormat              string        // log_format: text | json
 	LogLevel               string        // log_level: debug | info | warn | error
 	LogPinsOver            time.Duration // log_pins_over: a pin held longer than this is logged once (0 = off)
-	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool)
+	AdminUsers             string        // admin_users: comma-separated users allowed on the admin console (database lockpool); a YAML list is joined
 	TLS                    *TLS          // tls: nil when not configured
 	Server                 Server
 	Users                  []User

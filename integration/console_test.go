@@ -208,7 +208,7 @@ func TestConsoleShowCommands(t *testing.T) {
 		t.Errorf("SHOW CLIENTS lists %d clients, want 6 (4 pgbench, 2 api)", len(res.Rows))
 	}
 	servers := show("SERVERS")
-	if row, ok := servers.Find("backend_pid", int64(w.pinnedPID)); !ok || row["state"] != "pinned" || row["client_id"] != int64(w.pinnedID) || row["database"] != "appdb" {
+	if row, ok := servers.Find("remote_pid", int64(w.pinnedPID)); !ok || row["state"] != "pinned" || row["client_id"] != int64(w.pinnedID) || row["database"] != "appdb" {
 		t.Errorf("SHOW SERVERS row of backend %d = %v", w.pinnedPID, row)
 	}
 	if row, ok := servers.Find("state", "idle"); !ok || row["application"] != "api" || row["client_id"] != nil ||
@@ -307,7 +307,7 @@ func TestConsoleShowCommands(t *testing.T) {
 	if r := find(getJSON("/debug/clients"), "id", float64(w.pinnedID)); r == nil || r["pin_reason"] != "advisory_lock" {
 		t.Errorf("/debug/clients pinned = %v", r)
 	}
-	if r := find(getJSON("/debug/servers"), "backend_pid", float64(w.pinnedPID)); r == nil || r["state"] != "pinned" {
+	if r := find(getJSON("/debug/servers"), "remote_pid", float64(w.pinnedPID)); r == nil || r["state"] != "pinned" {
 		t.Errorf("/debug/servers pinned = %v", r)
 	}
 	if r := find(getJSON("/debug/pins"), "client_id", float64(w.pinnedID)); r == nil || r["reason"] != "advisory_lock" || !slices.Equal(r["keys"].([]any), []any{key}) {

@@ -36,6 +36,10 @@ type Conn struct {
 	StartupParams map[string]string // ParameterStatus at login (read-only, may be shared)
 	LastClient    string            // set by the proxy for attribution
 	Broken        bool              // set by the proxy on I/O error: Release then destroys
+	// Gone, set by the proxy, says the server ended this connection (the
+	// FATAL's "SQLSTATE message", or the read error): Destroy and Release
+	// count it as lost (Manager.ServerLost).
+	Gone string
 	// Aux is the proxy's own bookkeeping for this connection (parameter
 	// values, prepared statements); the pool never looks at it.
 	Aux any

@@ -102,6 +102,7 @@ type Manager struct {
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
 	reach   reachability
+	loss    lossLog // server connections lost, logged per burst (loss.go)
 	log     *slog.Logger
 	metrics *metrics
 	now     func() time.Time
@@ -453,6 +454,7 @@ func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	m.mu.Unlock()
 	if !c.aliveAfterIdle(lv, m.now) {
 		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
+		c.Gone = goneReason(c) // Destroy counts it (ServerLost)
 		m.Destroy(c)
 		return nil
 	}
@@ -607,6 +609,7 @@ func (m *Manager) useGrant(ctx context.Context, a *appPool, database string, g g
 		c = g.c
 		if !c.aliveAfterIdle(nil, m.now) {
 			m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
+			c.Gone = goneReason(c) // Destroy counts it (ServerLost)
 			m.Destroy(c)
 			return nil, true, nil
 		}
@@ -956,9 +959,15 @@ func (m *Manager) Release(c *Conn) {
 		m.log.Error("pool: Release of a connection that is not in use", "app", c.App, "pid", c.PID, "state", c.state)
 		return
 	}
+	if c.Gone != "" {
+		c.Broken = true // the server ended it
+	}
 	c.pool.inUse--
 	toClose := m.putBackLocked(c, false)
 	m.mu.Unlock()
+	if c.Gone != "" {
+		m.ServerLost(c.Gone)
+	}
 	if toClose != nil {
 		m.finishClose(toClose, !c.Broken)
 	}
@@ -1058,6 +1067,9 @@ func (m *Manager) finishClose(conns []*Conn, graceful bool) {
 // Destroy closes c (no Terminate: it may be mid-protocol) and frees its
 // slot, waking a waiter.
 func (m *Manager) Destroy(c *Conn) {
+	if c.Gone != "" {
+		m.ServerLost(c.Gone)
+	}
 	m.mu.Lock()
 	if c.state != stateInUse {
 		m.mu.Unlock()

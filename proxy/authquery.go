@@ -78,6 +78,15 @@ func (a *authLookup) lookup(ctx context.Context, cfg *config.Config, user string
 	return cred, nil
 }
 
+// reset closes the lookup connection and forgets every cached answer: the
+// auth_query section changed.
+func (a *authLookup) reset() {
+	a.close()
+	a.mu.Lock()
+	a.cache = nil
+	a.mu.Unlock()
+}
+
 func (a *authLookup) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()

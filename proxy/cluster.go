@@ -33,7 +33,7 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 		return nil
 	}
 	cc := cfg.Cluster
-	connCfg := ownConnConfig(cfg)
+	connCfg := ownConnConfig(cfg, s.Config)
 	s.signalKey = newSignalKey()
 	c, err := cluster.New(cluster.Options{
 		Cluster:    cc.Name,
@@ -119,36 +119,4 @@ func (s *Server) stopCluster() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.cluster.Close(ctx, empty)
-}
-
-// clusterChanged reports whether the cluster section differs (it is read
-// at start).
-func clusterChanged(old, cur *config.Config) bool {
-	if (old.Cluster == nil) != (cur.Cluster == nil) {
-		return true
-	}
-	return old.Cluster != nil && *old.Cluster != *cur.Cluster
-}
-
-// budgetScopeChanged reports whether an application's budget_scope differs
-// from the one lockpool started with, or a new application is
-// cluster-scoped (read at start: the coordinator keeps the applications
-// that were cluster-scoped then; until a restart a new one has its budget
-// per instance).
-func budgetScopeChanged(old, cur *config.Config) bool {
-	for _, a := range cur.Applications {
-		found := false
-		for _, o := range old.Applications {
-			if o.Name == a.Name {
-				found = true
-				if o.BudgetScope != a.BudgetScope {
-					return true
-				}
-			}
-		}
-		if !found && a.ClusterScoped() {
-			return true
-		}
-	}
-	return false
 }

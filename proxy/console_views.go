@@ -38,7 +38,7 @@ func (s *Server) adminViews() []adminView {
 		{"LISTENERS", func(context.Context) (any, error) { return s.listenerRows(), nil }},
 		{"STATS", func(context.Context) (any, error) { return s.statsRows(), nil }},
 		{"CLUSTER", func(context.Context) (any, error) { return s.clusterRows(), nil }},
-		{"CONFIG", func(context.Context) (any, error) { return s.Config().Settings(), nil }},
+		{"CONFIG", func(context.Context) (any, error) { return s.Config().SettingsInForce(s.started), nil }},
 		{"VERSION", func(context.Context) (any, error) { return []VersionRow{{Version: versionString()}}, nil }},
 	}
 }
@@ -273,7 +273,9 @@ func (s *Server) clientRows() []ClientRow {
 
 // ServerRow is one line of SHOW SERVERS and /debug/servers.
 type ServerRow struct {
-	BackendPID  uint32     `json:"backend_pid"`
+	// RemotePID is the server backend's pid, pg_backend_pid() on that
+	// connection (PgBouncer's SHOW SERVERS calls it remote_pid too).
+	RemotePID   uint32     `json:"remote_pid"`
 	Application string     `json:"application"`
 	User        string     `json:"user"`
 	Database    string     `json:"database"`
@@ -298,16 +300,16 @@ func (s *Server) serverRows() []ServerRow {
 		if c.link.pinned {
 			st = "pinned"
 		}
-		out = append(out, ServerRow{BackendPID: c.link.backendPID, Application: c.app.cfg.Name, User: c.link.serverUser,
+		out = append(out, ServerRow{RemotePID: c.link.backendPID, Application: c.app.cfg.Name, User: c.link.serverUser,
 			Database: c.link.serverDB, State: st, ClientID: &id, ClientAddr: c.remote, ConnectTime: c.link.serverCreated})
 	}
 	for _, ic := range s.pool.IdleConns() {
 		since := ic.IdleSince
-		out = append(out, ServerRow{BackendPID: ic.PID, Application: ic.App, User: ic.User, Database: ic.Database,
+		out = append(out, ServerRow{RemotePID: ic.PID, Application: ic.App, User: ic.User, Database: ic.Database,
 			State: "idle", ClientAddr: ic.LastClient, ConnectTime: ic.Created, IdleSince: &since})
 	}
 	for _, l := range s.hub.Servers() {
-		out = append(out, ServerRow{BackendPID: l.PID, Application: "lockpool listener", Database: l.Database,
+		out = append(out, ServerRow{RemotePID: l.PID, Application: "lockpool listener", Database: l.Database,
 			State: "listener " + l.State, ConnectTime: l.Since})
 	}
 	return out

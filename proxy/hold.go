@@ -474,11 +474,11 @@ func holdMetrics() (held *prometheus.GaugeVec, wait *prometheus.HistogramVec, fa
 
 // newLockManager builds the holder of advisory_locks: hold. Its lock
 // connections log in as lockpool's lease connections do (ownConnConfig).
-func newLockManager(cfg *config.Config, log *slog.Logger) (*advisory.Manager, error) {
+func newLockManager(cfg *config.Config, current func() *config.Config, log *slog.Logger) (*advisory.Manager, error) {
 	return advisory.New(advisory.Options{
 		MaxConnections: cfg.Locks.MaxConnections,
 		MaxWaiters:     cfg.Locks.MaxWaiters,
-		ConnConfig:     ownConnConfig(cfg),
+		ConnConfig:     ownConnConfig(cfg, current),
 		Logger:         log,
 	})
 }

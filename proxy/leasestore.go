@@ -50,14 +50,14 @@ func (l leaseSessionAdapter) List(ctx context.Context) ([]LeaseRow, error) {
 // newLeaseStore builds the lease store lockpool serves lease_* from. Its
 // connections log in as the first application user configured for the
 // database (or any database).
-func newLeaseStore(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
+func newLeaseStore(cfg *config.Config, current func() *config.Config, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
 	st, err := lease.New(lease.Options{
 		Schema:         cfg.Leases.Schema,
 		MaxConnections: cfg.Leases.MaxConnections,
 		InstanceID:     cfg.InstanceID,
 		Logger:         log,
 		Registerer:     reg,
-		ConnConfig:     ownConnConfig(cfg),
+		ConnConfig:     ownConnConfig(cfg, current),
 	})
 	if err != nil {
 		return nil, err
@@ -66,10 +66,15 @@ func newLeaseStore(cfg *config.Config, log *slog.Logger, reg prometheus.Register
 }
 
 // ownConnConfig returns the pgx config of lockpool's own connections
-// (leases, held advisory locks) to a database: they log in as the first
-// application user configured for the database (or any database).
-func ownConnConfig(cfg *config.Config) func(database string) (*pgx.ConnConfig, error) {
+// (leases, held advisory locks, LISTEN, the cluster) to a database: they
+// log in as the first application user configured for the database (or any
+// database). The server's address and TLS are started's (keys a reload
+// does not apply); the user, its password and connect_timeout are those
+// of the configuration in force, current(), so that a reload that changes
+// a password reaches these connections too.
+func ownConnConfig(started *config.Config, current func() *config.Config) func(database string) (*pgx.ConnConfig, error) {
 	return func(database string) (*pgx.ConnConfig, error) {
+		cfg := current()
 		var app *config.Application
 		for i := range cfg.Applications {
 			a := &cfg.Applications[i]
@@ -83,12 +88,12 @@ func ownConnConfig(cfg *config.Config) func(database string) (*pgx.ConnConfig, e
 		if app == nil {
 			return nil, fmt.Errorf("lockpool: no application is configured for database %q", database)
 		}
-		pc, err := pgx.ParseConfig(serverTLSConnString(cfg))
+		pc, err := pgx.ParseConfig(serverTLSConnString(started))
 		if err != nil {
 			return nil, err
 		}
-		pc.Host = cfg.Server.Host
-		pc.Port = uint16(cfg.Server.Port)
+		pc.Host = started.Server.Host
+		pc.Port = uint16(started.Server.Port)
 		pc.User = app.User
 		if u, ok := cfg.UserByName(app.User); ok {
 			pc.Password = u.Password

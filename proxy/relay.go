@@ -163,6 +163,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		if endsConnection(body) {
 			s.sawFatal = true
+			s.serverGone(pool.FatalReason(body))
 		}
 		if l := s.listeningOf(); l != nil {
 			l.failed = true
@@ -651,6 +652,9 @@ func (s *session) serverLost(err error) error {
 	s.link.detach()
 	if sc != nil {
 		sc.Broken = true
+		if sc.Gone == "" && !errors.Is(err, errServerProtocol) {
+			sc.Gone = pool.ErrReason(err)
+		}
 		s.destroyServer(sc)
 	}
 	s.needProbe = false
@@ -659,8 +663,14 @@ func (s *session) serverLost(err error) error {
 		s.slot.Release()
 		s.slot = nil
 	}
-	if !errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, errServerProtocol):
 		s.srv.log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+	case sc != nil:
+		// Closed by PostgreSQL or the network: destroyServer counted it
+		// (pool.Conn.Gone), for one line for all the connections a
+		// restart closes.
+		s.srv.log.Debug("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
 	}
 	if !mustEnd {
 		s.txStatus = 'I'
@@ -734,6 +744,7 @@ func (s *session) watchIdle() error {
 		case 'E':
 			if endsConnection(body) {
 				s.sawFatal = true
+				s.serverGone(pool.FatalReason(body))
 			}
 		case 'S':
 			s.onParameterStatus(body)
@@ -1021,6 +1032,15 @@ func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 
 // endsConnection reports whether an ErrorResponse body is a FATAL (or
 // PANIC): the server closes the connection after it.
+// serverGone records on the session's server connection that the server
+// ended it (reason: the FATAL's "SQLSTATE message"): when it is destroyed
+// the pool counts it among the connections lost (pool.Conn.Gone).
+func (s *session) serverGone(reason string) {
+	if sc := s.link.sc; sc != nil && sc.Gone == "" {
+		sc.Gone = reason
+	}
+}
+
 func endsConnection(body []byte) bool {
 	sev := pgerr.FromBody(body).Severity
 	return sev == pgerr.SeverityFatal || sev == "PANIC"

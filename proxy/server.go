@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -41,6 +42,10 @@ type Options struct {
 	// from the config (unless NoLeases).
 	Leases   LeaseStore
 	NoLeases bool
+	// OnReload, when set, is called after each reload that applied a new
+	// configuration (Reload: SIGHUP or the admin console's RELOAD), for what
+	// the caller built from it, such as the log level.
+	OnReload func(*config.Config)
 }
 
 // appState is an application's configuration as the sessions use it.
@@ -86,8 +91,9 @@ type Server struct {
 	startupChecks startupChecks
 	loginLog      loginLimiter // rate limit of the failed-login lines (loginlog.go)
 	// started is the config New was given: what the listeners, TLS and the
-	// lease store keep using until a restart (see restartKeys).
-	started *config.Config
+	// lease store keep using until a restart (see config.RestartNeeded).
+	started  *config.Config
+	onReload func(*config.Config)
 
 	rc atomic.Pointer[runtimeConfig]
 
@@ -145,6 +151,7 @@ func New(opts Options) (*Server, error) {
 		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
 		started:  opts.Config,
+		onReload: opts.OnReload,
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
@@ -169,18 +176,18 @@ func New(opts Options) (*Server, error) {
 	}
 	s.pool = pm
 	if s.leases == nil && !opts.NoLeases {
-		ls, err := newLeaseStore(opts.Config, logger, opts.Registerer)
+		ls, err := newLeaseStore(opts.Config, s.Config, logger, opts.Registerer)
 		if err != nil {
 			pm.Close()
 			return nil, fmt.Errorf("proxy: leases: %w", err)
 		}
 		s.leases = ls
 	}
-	if s.locks, err = newLockManager(opts.Config, logger); err != nil {
+	if s.locks, err = newLockManager(opts.Config, s.Config, logger); err != nil {
 		pm.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
-	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config), Logger: logger, Registerer: opts.Registerer})
+	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config), Logger: logger, Registerer: opts.Registerer})
 	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
 		s.hub.Close()
 		pm.Close()
@@ -308,19 +315,26 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 	return rc, nil
 }
 
-// Reload applies a new configuration: budgets, policies and users. Connected
-// clients stay connected. It returns the keys whose value differs from the
-// one lockpool started with and that a reload cannot apply fully (listen
+// Reload applies a new configuration: every key the key table does not
+// mark restart (budgets, policies, users, timeouts, …). Connected clients
+// stay connected. It returns the keys whose value differs from the one
+// lockpool started with and that a reload cannot apply fully (listen
 // addresses, TLS files, what the lease store was built with; see
-// restartKeys), and logs them.
+// config.RestartNeeded), and logs them.
 func (s *Server) Reload(cfg *config.Config) ([]string, error) {
 	rc, err := s.buildRuntime(cfg)
 	if err != nil {
 		return nil, err
 	}
-	restart := restartKeys(s.started, cfg)
-	s.rc.Store(rc)
+	restart := config.RestartNeeded(s.started, cfg)
+	prev := s.rc.Swap(rc)
 	s.pool.Reconfigure(cfg.Server, s.poolApps(cfg))
+	if !reflect.DeepEqual(prev.cfg.AuthQuery, cfg.AuthQuery) {
+		s.authq.reset() // the next lookup logs in, and looks up, as configured now
+	}
+	if s.onReload != nil {
+		s.onReload(cfg)
+	}
 	if len(restart) > 0 {
 		s.log.Warn("configuration reloaded; changed keys take full effect only after a restart",
 			"applications", len(cfg.Applications), "users", len(cfg.Users), "restart_needed", strings.Join(restart, ","))

@@ -97,7 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log := proxy.NewLogger(stderr, cfg.LogFormat, level)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), bi.collector())
-	srv, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Registerer: reg})
+	// OnReload: the console's RELOAD sets the level as SIGHUP does.
+	srv, err := proxy.New(proxy.Options{Config: cfg, Logger: log, Registerer: reg, OnReload: setLevel})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -158,9 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 				if _, err := srv.Reload(ncfg); err != nil {
 					log.Error("reload failed; keeping the old config", "err", err)
-					continue
 				}
-				setLevel(ncfg)
 				continue
 			}
 			stop, successor := srv.Shutdown, 0

@@ -1,14 +1,16 @@
-// Command keytable writes README.md's configuration key table from the key
-// declarations in package config, between the <!-- keys:begin --> and
-// <!-- keys:end --> lines. Run it with `go generate ./config` (or
-// `go run ./config/cmd/keytable -readme README.md` from the repository root);
-// with -check it changes nothing and fails when the table is out of date.
+// Command keytable writes the configuration reference, docs/configuration.md,
+// from the key declarations in package config ([config.Reference]). Run it
+// with `go generate ./config`, or `go run ./config/cmd/keytable` from the
+// repository's root; with -check it changes nothing and fails when the page
+// is out of date.
 package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/lockpool/lockpool/config"
@@ -22,29 +24,25 @@ func main() {
 }
 
 func run(args []string) error {
-	fs := flag.NewFlagSet("keytable", flag.ContinueOnError)
-	readme := fs.String("readme", "README.md", "the README to update")
-	check := fs.Bool("check", false, "only report whether the table is up to date")
-	if err := fs.Parse(args); err != nil {
+	fset := flag.NewFlagSet("keytable", flag.ContinueOnError)
+	out := fset.String("out", config.ReferencePath, "the page to write")
+	check := fset.Bool("check", false, "only report whether the page is up to date")
+	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	old, err := os.ReadFile(*readme)
-	if err != nil {
+	if fset.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fset.Arg(0))
+	}
+	want := []byte(config.Reference())
+	old, err := os.ReadFile(*out)
+	if err != nil && !(errors.Is(err, fs.ErrNotExist) && !*check) {
 		return err
 	}
-	updated, err := config.SpliceKeyTable(old)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *readme, err)
-	}
-	if bytes.Equal(old, updated) {
+	if err == nil && bytes.Equal(old, want) {
 		return nil
 	}
 	if *check {
-		return fmt.Errorf("%s: the key table is out of date (run go generate ./config)", *readme)
+		return fmt.Errorf("%s is out of date (run go generate ./config)", *out)
 	}
-	info, err := os.Stat(*readme)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(*readme, updated, info.Mode().Perm())
+	return os.WriteFile(*out, want, 0o644)
 }

@@ -10,26 +10,30 @@ import (
 )
 
 func TestRun(t *testing.T) {
-	stale := "# x\n" + config.KeysBegin + "\n| old |\n" + config.KeysEnd + "\nrest\n"
-	fresh := "# x\n" + config.KeysBegin + "\n" + config.KeyTable() + config.KeysEnd + "\nrest\n"
+	fresh := config.Reference()
+	const stale = "# Configuration reference\n| old |\n"
 	for _, tc := range []struct {
-		name, in string
-		check    bool
-		want     string // file afterwards
-		err      string
+		name  string
+		in    *string // nil: no file
+		check bool
+		want  *string // file afterwards; nil: none
+		err   string
 	}{
-		{name: "writes", in: stale, want: fresh},
-		{name: "up to date", in: fresh, want: fresh},
-		{name: "check stale", in: stale, check: true, want: stale, err: "out of date"},
-		{name: "check fresh", in: fresh, check: true, want: fresh},
-		{name: "no markers", in: "# x\n", want: "# x\n", err: "need exactly one"},
+		{name: "writes", in: ptr(stale), want: &fresh},
+		{name: "creates", want: &fresh},
+		{name: "up to date", in: &fresh, want: &fresh},
+		{name: "check stale", in: ptr(stale), check: true, want: ptr(stale), err: "out of date"},
+		{name: "check missing", check: true, err: "no such file"},
+		{name: "check fresh", in: &fresh, check: true, want: &fresh},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "README.md")
-			if err := os.WriteFile(p, []byte(tc.in), 0o644); err != nil {
-				t.Fatal(err)
+			p := filepath.Join(t.TempDir(), "configuration.md")
+			if tc.in != nil {
+				if err := os.WriteFile(p, []byte(*tc.in), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
-			args := []string{"-readme", p}
+			args := []string{"-out", p}
 			if tc.check {
 				args = append(args, "-check")
 			}
@@ -38,9 +42,14 @@ func TestRun(t *testing.T) {
 				t.Errorf("run = %v, want error %q", err, tc.err)
 			}
 			got, rerr := os.ReadFile(p)
-			if rerr != nil || string(got) != tc.want {
-				t.Errorf("file =\n%s\nwant\n%s", got, tc.want)
+			switch {
+			case tc.want == nil && rerr == nil:
+				t.Errorf("file written:\n%s", got)
+			case tc.want != nil && (rerr != nil || string(got) != *tc.want):
+				t.Errorf("file = %q (%v), want %q", got, rerr, *tc.want)
 			}
 		})
 	}
 }
+
+func ptr(s string) *string { return &s }
