@@ -26,7 +26,7 @@
 //     took a connection: [ServedBy]);
 //   - the stack the load tools run: a cluster with a role, a database and
 //     pgbench tables, and a lockpool process ([StartStack]);
-//   - README.md's metric table ([DocumentedMetrics]), which the tests of
+//   - docs/metrics.md's metric table ([DocumentedMetrics]), which the tests of
 //     the metrics and of the Grafana dashboard compare with;
 //   - a TCP forwarder that makes PostgreSQL unreachable and reachable again
 //     for a lockpool placed behind it ([Forwarder]);

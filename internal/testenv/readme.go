@@ -8,12 +8,12 @@ import (
 	"strings"
 )
 
-// DocumentedMetric is one row of README.md's metric table.
+// DocumentedMetric is one row of the metric table in docs/metrics.md.
 type DocumentedMetric struct {
 	Name   string   // lockpool_pool_wait_seconds
-	Labels []string // as README writes them, e.g. app, reason
+	Labels []string // as docs/metrics.md writes them, e.g. app, reason
 	Kind   string   // counter, gauge or histogram
-	// Values are the values README lists (in backquotes) for the one label
+	// Values are the values docs/metrics.md lists (in backquotes) for the one label
 	// besides app, when the metric has exactly the labels app and one more.
 	Values []string
 }
@@ -23,9 +23,9 @@ var (
 	quotedValues = regexp.MustCompile("`([a-z_]+)`")
 )
 
-// DocumentedMetrics reads the metric table of the module's README.md.
+// DocumentedMetrics reads the metric table of the module's docs/metrics.md.
 func DocumentedMetrics() ([]DocumentedMetric, error) {
-	data, err := os.ReadFile(filepath.Join(ModuleRoot(), "README.md"))
+	data, err := os.ReadFile(filepath.Join(ModuleRoot(), "docs", "metrics.md"))
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func DocumentedMetrics() ([]DocumentedMetric, error) {
 		out = append(out, d)
 	}
 	if len(out) < 10 {
-		return nil, fmt.Errorf("README.md: found %d rows in the metric table", len(out))
+		return nil, fmt.Errorf("docs/metrics.md: found %d rows in the metric table", len(out))
 	}
 	return out, nil
 }
