@@ -72,14 +72,10 @@ func Reference() string {
 		if k.restart {
 			reload = "**restart**"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.path, cell(def), reload, cell(readmeRefs.Replace(k.meaning)))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.path, cell(def), reload, cell(k.meaning))
 	}
 	return b.String()
 }
-
-// readmeRefs turns the meanings' "see Section" into "see README, Section":
-// the sections they name are README.md's.
-var readmeRefs = strings.NewReplacer("(see ", "(see [README](../README.md), ", "; see ", "; see [README](../README.md), ")
 
 // upperFirst capitalises the first letter of a sentence.
 func upperFirst(s string) string {

@@ -25,14 +25,14 @@ import (
 
 // The admin console: the virtual database lockpool on the client port.
 
-// consoleShows are the SHOW commands; README.md documents each one's
+// consoleShows are the SHOW commands; docs/admin-console.md documents each one's
 // columns in a table under "#### SHOW <NAME>".
 var consoleShows = []string{"POOLS", "APPLICATIONS", "CLIENTS", "SERVERS", "PINS", "LOCKS", "LEASES", "STATS", "CLUSTER", "CONFIG", "VERSION"}
 
-// readmeColumns returns the columns README.md documents for SHOW name.
-func readmeColumns(t *testing.T, name string) []string {
+// docColumns returns the columns docs/admin-console.md documents for SHOW name.
+func docColumns(t *testing.T, name string) []string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(testenv.ModuleRoot(), "README.md"))
+	f, err := os.Open(filepath.Join(testenv.ModuleRoot(), "docs", "admin-console.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func readmeColumns(t *testing.T, name string) []string {
 		}
 	}
 	if len(cols) == 0 {
-		t.Fatalf("README.md documents no columns for SHOW %s", name)
+		t.Fatalf("docs/admin-console.md documents no columns for SHOW %s", name)
 	}
 	return cols
 }
@@ -136,7 +136,7 @@ func startConsoleLockpool(t *testing.T) *lp {
 }
 
 // TestConsoleShowCommands: every SHOW command, from pgx and from psql,
-// answers the columns README documents, with live values while pgbench
+// answers the columns docs/admin-console.md documents, with live values while pgbench
 // runs, a session is pinned by an advisory lock and a lease is held; the
 // same data is served as JSON on the admin listener.
 func TestConsoleShowCommands(t *testing.T) {
@@ -156,7 +156,7 @@ func TestConsoleShowCommands(t *testing.T) {
 		return res
 	}
 	for _, name := range consoleShows {
-		want := readmeColumns(t, name)
+		want := docColumns(t, name)
 		if got := show(name).Columns; !slices.Equal(got, want) {
 			t.Errorf("SHOW %s (pgx) columns %v, README documents %v", name, got, want)
 		}
