@@ -37,7 +37,7 @@ func TestClusterCancelForwarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := readmeColumns(t, "CLUSTER"); !slices.Equal(res.Columns, want) {
+	if want := docColumns(t, "CLUSTER"); !slices.Equal(res.Columns, want) {
 		t.Errorf("SHOW CLUSTER columns %v, README documents %v", res.Columns, want)
 	}
 	selves := 0

@@ -959,17 +959,21 @@ func (m *Manager) Release(c *Conn) {
 		m.log.Error("pool: Release of a connection that is not in use", "app", c.App, "pid", c.PID, "state", c.state)
 		return
 	}
-	if c.Gone != "" {
+	// Read before putBackLocked: once back, c may be handed out (and its
+	// Gone set by its next session) before this goroutine looks again.
+	gone := c.Gone
+	if gone != "" {
 		c.Broken = true // the server ended it
 	}
 	c.pool.inUse--
+	broken := c.Broken
 	toClose := m.putBackLocked(c, false)
 	m.mu.Unlock()
-	if c.Gone != "" {
-		m.ServerLost(c.Gone)
+	if gone != "" {
+		m.ServerLost(gone)
 	}
 	if toClose != nil {
-		m.finishClose(toClose, !c.Broken)
+		m.finishClose(toClose, !broken)
 	}
 }
 

@@ -182,6 +182,7 @@ func StartYAML(t *testing.T, yaml string) (*Lockpool, *LogBuffer) {
 
 func startServer(t *testing.T, cfg *config.Config, logger *slog.Logger) *Lockpool {
 	t.Helper()
+	loopOverrides(t, cfg)
 	reg := prometheus.NewRegistry()
 	srv, err := proxy.New(proxy.Options{Config: cfg, Logger: logger, Registerer: reg})
 	if err != nil {
@@ -324,4 +325,27 @@ func PsqlCmd(ctx context.Context, port int, user, db string, args ...string) *ex
 	cmd := exec.CommandContext(ctx, "/usr/bin/psql", append(base, args...)...)
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+Password, "PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10", "PSQLRC=/dev/null")
 	return cmd
+}
+
+// loopOverrides applies LOCKPOOL_TEST_IO_URING (true or false) and
+// LOCKPOOL_TEST_EVENT_LOOPS (a number) to cfg, so that a run of the
+// integration tests can take the paths only some machines take: sends and
+// receives one by one, and sessions spread over several loops (.ci/run runs
+// part of the suite so).
+func loopOverrides(t *testing.T, cfg *config.Config) {
+	t.Helper()
+	if v := os.Getenv("LOCKPOOL_TEST_IO_URING"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			t.Fatalf("LOCKPOOL_TEST_IO_URING=%q: %v", v, err)
+		}
+		cfg.IOURing = b
+	}
+	if v := os.Getenv("LOCKPOOL_TEST_EVENT_LOOPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("LOCKPOOL_TEST_EVENT_LOOPS=%q: want a number", v)
+		}
+		cfg.EventLoops = n
+	}
 }
