@@ -883,8 +883,11 @@ func TestLivenessCheck(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	go func() { _, _ = f.peer(c3.PID).Write([]byte("E")) }()
 	waitFor(t, "pending byte", func() bool {
-		ok := c3.alive()
-		return !ok
+		// Under m.mu, as every check of an idle connection runs (the
+		// check of idle connections after a loss may run meanwhile).
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return !c3.alive()
 	})
 	c4 := mustAcquire(t, m, "a", "db")
 	if c4 == c3 {
