@@ -359,7 +359,7 @@ type panel struct {
 
 var metricName = regexp.MustCompile(`\blockpool_[a-z_]+`)
 
-// documentedMetricNames is the set of metrics README.md documents.
+// documentedMetricNames is the set of metrics docs/metrics.md documents.
 func documentedMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	documented, err := testenv.DocumentedMetrics()

@@ -7,5 +7,5 @@
 // under systemd with reload, and systemd/lockpool@.service in two slots
 // for restarts that refuse no one (handover_socket, Type=notify); prometheus/alerts.yml (with alerts_test.yml,
 // run by promtool in .ci/run) and grafana/lockpool.json cover the
-// metrics README.md documents.
+// metrics docs/metrics.md documents.
 package deploy

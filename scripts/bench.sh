@@ -12,7 +12,7 @@
 # long the pooler's threads, PostgreSQL and pgbench waited for a CPU after
 # each wake-up (when perf is installed), prints one table and writes
 # bench-results/<date>.json. Takes about 20 minutes on 2 cores (about 47
-# with -rounds 5, as most of the README's runs use; about 60 with -T 8
+# with -rounds 5, as the runs in docs/performance.md use; about 60 with -T 8
 # -rounds 5 -direct-max-clients 10, as its latest does).
 #
 #   scripts/bench.sh                      # the full run

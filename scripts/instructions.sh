@@ -6,7 +6,7 @@
 # count repeats within about 1 % for the same binary (the rest is how many
 # loop turns the timing gives), so it shows what a change to the hot path
 # saves. System time is not counted
-# (it is equal for both poolers; see README, Performance).
+# (it is equal for both poolers; see docs/performance.md).
 #
 #   scripts/instructions.sh                  # lockpool (built here) and PgBouncer, simple and extended
 #   N=6000 MODES=extended TARGETS=lockpool scripts/instructions.sh

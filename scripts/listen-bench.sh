@@ -4,7 +4,7 @@
 # directory, a free port, its socket in that directory, run as postgres when
 # we are root) and a lockpool built from this checkout with one user and one
 # application under listen: shared, then runs the tool — CLIENTS connections
-# through lockpool each LISTEN bench while one sender sends RATE NOTIFY per
+# through lockpool each LISTEN bench while senders (four by default) send RATE NOTIFY per
 # second for DURATION — prints its figures and removes everything.
 #
 #   scripts/listen-bench.sh                                  # 1000 clients, 200/s, 20 s
