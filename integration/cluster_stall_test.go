@@ -46,7 +46,11 @@ func TestClusterStalledInstanceReclaimedSafely(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalledAt := time.Now()
-	eventually(t, clusterTTL+10*time.Second, "the others to reclaim the stalled instance's slots", func() bool {
+	// Alone this takes about ttl (2 s); inside the whole package under
+	// -race on two CPUs it took more than 12 s once. The property is that
+	// it happens, safely (the sampler checks the budget meanwhile); the time
+	// it took is logged.
+	eventually(t, clusterTTL+40*time.Second, "the others to reclaim the stalled instance's slots", func() bool {
 		_, ok := slotsOf(self)
 		return !ok
 	})

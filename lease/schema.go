@@ -222,6 +222,13 @@ func (s *Store) migrate(ctx context.Context, c *pgx.Conn, database string) error
 	}
 	if !st.complete() {
 		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			// The session's lock_timeout (300ms) is for lease calls: another
+			// instance's migration, on a loaded server, may hold the
+			// migration lock and the catalog locks longer. Wait as long as a
+			// statement may run.
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", statementTimeout.Milliseconds())); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", MigrationLockKey); err != nil {
 				return err
 			}
