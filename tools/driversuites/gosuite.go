@@ -112,8 +112,9 @@ func addUnstarted(results []result, module, dir string, env []string) []result {
 	return results
 }
 
-// maxRetries bounds the tests run again one by one after a suite's run.
-const maxRetries = 60
+// maxRetries bounds the tests run again one by one after a suite's run (a
+// package that died early leaves most of its tests to run so: lib/pq has 150).
+const maxRetries = 150
 
 // retryFailed runs the failed top-level tests once more and keeps the second
 // outcome: first each package's failed tests together, then each test still
