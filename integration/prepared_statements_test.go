@@ -1222,11 +1222,7 @@ func TestPreparedStatementsViewWhenRun(t *testing.T) {
 	for _, tg := range prepTargets() {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx, _, d := prepOpen(t, tg)
-			c, err := pgx.Connect(ctx, d.client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close(ctx)
+			c := prepConnect(t, ctx, d.client)
 			if _, err := c.Prepare(ctx, "run_view", "SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements"); err != nil {
 				t.Fatal(err)
 			}

@@ -176,6 +176,24 @@ func call(ctx context.Context, conn *pgx.Conn, sql string, args ...any) string {
 	return fmt.Sprint(*v)
 }
 
+// sleepingVictim opens sigUser's client on s and starts SELECT pg_sleep(30)
+// on it; it returns once PostgreSQL runs the statement (su sees it active),
+// with the channel that gets the statement's error.
+func sleepingVictim(t *testing.T, ctx context.Context, s sigSide, su *pgx.Conn) (*pgx.Conn, chan error) {
+	t.Helper()
+	v := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := v.Exec(ctx, "SELECT pg_sleep(30)")
+		errc <- err
+	}()
+	eventually(t, 10*time.Second, "pg_sleep(30) to run", func() bool {
+		n, err := countBackends(ctx, su, "usename = '"+sigUser+"' AND state = 'active' AND query LIKE '%pg_sleep(30)%'")
+		return err == nil && n == 1
+	})
+	return v, errc
+}
+
 // victimInTx opens user's client on s inside a transaction that inserted
 // row key and took advisory lock key.
 func victimInTx(t *testing.T, ctx context.Context, s sigSide, user string, key int64) *pgx.Conn {
@@ -277,16 +295,7 @@ func sigCases(su *pgx.Conn) []sigCase {
 		}})
 	}
 	cases = append(cases, sigCase{"cancel in a larger statement", func(t *testing.T, ctx context.Context, s sigSide) map[string]string {
-		v := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := v.Exec(ctx, "SELECT pg_sleep(30)")
-			errc <- err
-		}()
-		eventually(t, 10*time.Second, "pg_sleep(30) to run", func() bool {
-			n, err := countBackends(ctx, su, "usename = '"+sigUser+"' AND state = 'active' AND query LIKE '%pg_sleep(30)%'")
-			return err == nil && n == 1
-		})
+		v, errc := sleepingVictim(t, ctx, s, su)
 		var notices []string
 		c := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, &notices)
 		var n int64
@@ -327,16 +336,7 @@ func sigCases(su *pgx.Conn) []sigCase {
 	// pg_cancel_backend cancels the victim's running statement (57014); the
 	// victim stays usable.
 	cases = append(cases, sigCase{"cancel running pg_sleep", func(t *testing.T, ctx context.Context, s sigSide) map[string]string {
-		v := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := v.Exec(ctx, "SELECT pg_sleep(30)")
-			errc <- err
-		}()
-		eventually(t, 10*time.Second, "pg_sleep(30) to run", func() bool {
-			n, err := countBackends(ctx, su, "usename = '"+sigUser+"' AND state = 'active' AND query LIKE '%pg_sleep(30)%'")
-			return err == nil && n == 1
-		})
+		v, errc := sleepingVictim(t, ctx, s, su)
 		c := sigConn(t, s, sigUser, pgx.QueryExecModeCacheStatement, nil)
 		out := map[string]string{"result": call(ctx, c, "SELECT pg_catalog.pg_cancel_backend($1)", v.PgConn().PID())}
 		select {

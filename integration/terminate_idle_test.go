@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestTerminateIdleBackendAsDirect(t *testing.T) {
 	// that pid through term once the client is idle (su: PostgreSQL
 	// directly, whose backend must then be gone) and returns the client's
 	// next statement's error (nil: it went on).
-	run := func(t *testing.T, dsn string, term *pgx.Conn) error {
+	run := func(t *testing.T, dsn string, term *pgx.Conn, simple bool) error {
 		c, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +50,13 @@ func TestTerminateIdleBackendAsDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ok bool
-		if err := term.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		// The pid as $1 (pgx's extended protocol), or as a constant in a
+		// simple Query (psql, node-postgres' gh-issues/130).
+		sql, args := "SELECT pg_terminate_backend($1)", []any{pid}
+		if simple {
+			sql, args = fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid), []any{pgx.QueryExecModeSimpleProtocol}
+		}
+		if err := term.QueryRow(ctx, sql, args...).Scan(&ok); err != nil || !ok {
 			t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 		}
 		if term == su {
@@ -70,20 +77,22 @@ func TestTerminateIdleBackendAsDirect(t *testing.T) {
 		return c
 	}
 
-	direct := run(t, directDSN(t, role, "postgres"), su)
+	direct := run(t, directDSN(t, role, "postgres"), su, false)
 	if sqlState(direct) != "57P01" {
 		t.Fatalf("directly: %v, want 57P01 (the case tests nothing)", direct)
 	}
-	if through := run(t, l.dsn(role, "postgres"), su); sqlState(through) != sqlState(direct) {
+	if through := run(t, l.dsn(role, "postgres"), su, false); sqlState(through) != sqlState(direct) {
 		t.Errorf("pool_mode session, terminated on PostgreSQL: %v, directly %v", through, direct)
 	}
-	if through := run(t, l.dsn(role, "postgres"), connect(l.dsn(role, "postgres"))); sqlState(through) != sqlState(direct) {
+	if through := run(t, l.dsn(role, "postgres"), connect(l.dsn(role, "postgres")), false); sqlState(through) != sqlState(direct) {
 		t.Errorf("pool_mode session, terminated through lockpool: %v, directly %v", through, direct)
 	}
-	if through := run(t, l.dsn(role, "appdb"), connect(l.dsn(role, "appdb"))); sqlState(through) != sqlState(direct) {
-		t.Errorf("pool_mode transaction, terminated through lockpool: %v, directly %v", through, direct)
+	for _, simple := range []bool{false, true} {
+		if through := run(t, l.dsn(role, "appdb"), connect(l.dsn(role, "appdb")), simple); sqlState(through) != sqlState(direct) {
+			t.Errorf("pool_mode transaction, terminated through lockpool (simple Query %v): %v, directly %v", simple, through, direct)
+		}
 	}
-	if through := run(t, l.dsn(role, "appdb"), su); through != nil {
+	if through := run(t, l.dsn(role, "appdb"), su, false); through != nil {
 		t.Errorf("pool_mode transaction, terminated on PostgreSQL: %v; the client had no backend between transactions and should go on", through)
 	}
 }

@@ -500,9 +500,11 @@ func (p *signalPortal) reply(v any, notice *pgError, formats []int16, withDesc b
 // and declared types, a Bind of its parameters and result formats, and an
 // Execute, whose rows, notices or error take the call's place in the reply
 // order (the ParseComplete and BindComplete are lockpool's, not passed on).
-// A simple Query's pid is a constant key pid (nothing else is claimed)
-// whose client has ended: PostgreSQL's answer for a pid that names no
-// backend.
+// A simple Query's pid is a constant that was a live client's key pid, or
+// a backend pid a client had read, when the statement was claimed, and
+// that client has ended since: PostgreSQL's answer for a pid that names no
+// backend (for a backend pid that may be untrue: the backend may still
+// run).
 func (s *session) passSignal(p *signalPortal, formats []int16, withDesc bool) ([]byte, *pgError) {
 	if p.tail == nil || p.st.rest == nil {
 		return p.reply(false, pgerr.NoticeWarning(fmt.Sprintf("PID %d is not a PostgreSQL backend process", p.pid), ""), formats, withDesc), nil
