@@ -330,8 +330,10 @@ func (h *Hub) Sync(ctx context.Context, database string) error {
 
 // Expect registers that sub's transaction on server backend serverPID sends (or sent) a notification on
 // channel (payload given, or any payload when anyPayload): the first matching notification from that pid is
-// delivered to sub with Own=true (to other subscribers Own=false). Forget drops sub's unmatched
-// expectations for serverPID (the transaction rolled back). Expectations older than a minute are dropped.
+// delivered to sub with Own=true (to other subscribers Own=false). Register before the transaction
+// commits, whether or not anyone listens yet: a LISTEN may reach the listener connection before the
+// commit. Then Withdraw (the transaction rolled back) or Committed; Forget drops every unmatched
+// expectation of sub for serverPID. Expectations older than a minute are dropped.
 //
 // Expectations of one pid match in the order they were registered, each at
 // most one notification, and are used up by a matching notification even
@@ -357,12 +359,34 @@ func (h *Hub) Expect(database string, serverPID uint32, sub Subscriber, channel,
 // with exactly these channel, payload and anyPayload (its transaction
 // rolled back); expectations of sub's earlier, committed transactions stay.
 func (h *Hub) Withdraw(database string, serverPID uint32, sub Subscriber, channel, payload string, anyPayload bool) {
+	h.drop(database, serverPID, sub, channel, payload, anyPayload, false)
+}
+
+// Committed tells the hub that the transaction of sub's latest unmatched
+// expectation for serverPID with these channel, payload and anyPayload
+// committed. The expectation stays while its notification may still
+// reach the listener connection (the channel has subscribers, or its
+// UNLISTEN is not done); otherwise it is dropped, since the connection
+// will never receive it. Expect registers before anyone may listen (a
+// LISTEN may reach the listener connection before the sender commits), and
+// Committed keeps what that leaves behind bounded by the channels in use.
+func (h *Hub) Committed(database string, serverPID uint32, sub Subscriber, channel, payload string, anyPayload bool) {
+	h.drop(database, serverPID, sub, channel, payload, anyPayload, true)
+}
+
+// drop removes the latest unmatched expectation of sub for serverPID that
+// has these channel, payload and anyPayload; with unlistenedOnly only when
+// no LISTEN of channel is in place or under way.
+func (h *Hub) drop(database string, serverPID uint32, sub Subscriber, channel, payload string, anyPayload, unlistenedOnly bool) {
 	d, _ := h.database(database, false)
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if unlistenedOnly && d.channels[channel] != nil {
+		return
+	}
 	list := d.expects[serverPID]
 	for i := len(list) - 1; i >= 0; i-- {
 		if e := list[i]; e.sub == sub && e.channel == channel && e.payload == payload && e.any == anyPayload {
@@ -375,18 +399,6 @@ func (h *Hub) Withdraw(database string, serverPID uint32, sub Subscriber, channe
 	} else {
 		d.expects[serverPID] = list
 	}
-}
-
-// Listening reports whether database has a listener connection with
-// channels: only then can a notification sent there reach a subscriber.
-func (h *Hub) Listening(database string) bool {
-	d, _ := h.database(database, false)
-	if d == nil {
-		return false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.channels) > 0
 }
 
 // Forget drops sub's unmatched expectations for serverPID in database.

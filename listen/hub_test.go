@@ -397,7 +397,7 @@ func TestExpect(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		setup  func(a, b *recorder)
+		setup  func(t *testing.T, a, b *recorder)
 		send   []note
 		ownA   []bool // per notification sent: a's Own
 		ownB   []bool // nil: b's Own always false
@@ -405,37 +405,37 @@ func TestExpect(t *testing.T) {
 	}{
 		{
 			name:  "same pid, channel and payload",
-			setup: func(a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
 			send:  []note{{"e1", "p"}},
 			ownA:  []bool{true},
 		},
 		{
 			name:  "any payload",
-			setup: func(a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "", true) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "", true) },
 			send:  []note{{"e1", "whatever"}},
 			ownA:  []bool{true},
 		},
 		{
 			name:  "other payload first",
-			setup: func(a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "q", false) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "q", false) },
 			send:  []note{{"e1", "p"}, {"e1", "q"}},
 			ownA:  []bool{false, true},
 		},
 		{
 			name:  "other channel",
-			setup: func(a, _ *recorder) { h.Expect(appDB, pid, a, "e2", "p", false) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e2", "p", false) },
 			send:  []note{{"e1", "p"}, {"e2", "p"}},
 			ownA:  []bool{false, true},
 		},
 		{
 			name:  "other pid",
-			setup: func(a, _ *recorder) { h.Expect(appDB, otherPID, a, "e1", "p", false) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, otherPID, a, "e1", "p", false) },
 			send:  []note{{"e1", "p"}},
 			ownA:  []bool{false},
 		},
 		{
 			name: "forgotten",
-			setup: func(a, _ *recorder) {
+			setup: func(_ *testing.T, a, _ *recorder) {
 				h.Expect(appDB, pid, a, "e1", "p", false)
 				h.Forget(appDB, pid, a)
 			},
@@ -444,7 +444,7 @@ func TestExpect(t *testing.T) {
 		},
 		{
 			name: "forget keeps others' expectations",
-			setup: func(a, b *recorder) {
+			setup: func(_ *testing.T, a, b *recorder) {
 				h.Expect(appDB, pid, b, "e1", "p", false)
 				h.Expect(appDB, pid, a, "e1", "p", false)
 				h.Forget(appDB, pid, b)
@@ -454,13 +454,13 @@ func TestExpect(t *testing.T) {
 		},
 		{
 			name:  "first match only",
-			setup: func(a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
+			setup: func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
 			send:  []note{{"e1", "p"}, {"e1", "p"}},
 			ownA:  []bool{true, false},
 		},
 		{
 			name: "two subscribers in the order they expected",
-			setup: func(a, b *recorder) {
+			setup: func(_ *testing.T, a, b *recorder) {
 				h.Expect(appDB, pid, a, "e1", "p", false)
 				h.Expect(appDB, pid, b, "e1", "p", false)
 			},
@@ -470,7 +470,7 @@ func TestExpect(t *testing.T) {
 		},
 		{
 			name: "used up by a channel the subscriber does not listen on",
-			setup: func(a, _ *recorder) {
+			setup: func(_ *testing.T, a, _ *recorder) {
 				h.Expect(appDB, pid, a, "e3", "p", false)
 				h.Expect(appDB, pid, a, "e1", "p", false)
 			},
@@ -478,8 +478,28 @@ func TestExpect(t *testing.T) {
 			ownA: []bool{true}, // e1's; e3 never reaches a
 		},
 		{
+			name: "committed before anyone listened: dropped",
+			setup: func(t *testing.T, a, _ *recorder) {
+				h.Expect(appDB, pid, a, "e4", "p", false)
+				h.Committed(appDB, pid, a, "e4", "p", false)
+				mustListen(t, h, appDB, "e4", a)
+			},
+			send: []note{{"e4", "p"}},
+			ownA: []bool{false},
+		},
+		{
+			name: "listened before the commit: kept",
+			setup: func(t *testing.T, a, _ *recorder) {
+				h.Expect(appDB, pid, a, "e4", "p", false)
+				mustListen(t, h, appDB, "e4", a)
+				h.Committed(appDB, pid, a, "e4", "p", false)
+			},
+			send: []note{{"e4", "p"}},
+			ownA: []bool{true},
+		},
+		{
 			name:   "expired after a minute",
-			setup:  func(a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
+			setup:  func(_ *testing.T, a, _ *recorder) { h.Expect(appDB, pid, a, "e1", "p", false) },
 			send:   []note{{"e1", "p"}},
 			ownA:   []bool{false},
 			expire: true,
@@ -495,7 +515,7 @@ func TestExpect(t *testing.T) {
 				mustListen(t, h, appDB, ch, b)
 			}
 			mustListen(t, h, appDB, "e3", third)
-			tc.setup(a, b)
+			tc.setup(t, a, b)
 			if tc.expire {
 				clock.Store(int64(expectTTL + time.Second))
 			}

@@ -181,7 +181,19 @@ func (l *listening) apply(s *session, op listenOp) *pgError {
 	case !l.has(op.channel):
 		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout+s.srv.rc.Load().cfg.Server.ConnectTimeout)
 		var err error
-		s.offload(func() { err = hub.Listen(ctx, s.database, op.channel, l.inbox) })
+		listened := len(l.channels) > 0
+		s.offload(func() {
+			// A listener connection that died while this LISTEN waited
+			// delivered nothing to it: the LISTEN runs again on the next
+			// one. A client that listened already was told (Lost) and is
+			// being closed.
+			for range 3 {
+				err = hub.Listen(ctx, s.database, op.channel, l.inbox)
+				if !errors.Is(err, listen.ErrListenerLost) || listened || l.inbox.isClosed() {
+					break
+				}
+			}
+		})
 		cancel()
 		s.endWait()
 		if err != nil {
@@ -413,6 +425,9 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 		}
 		return nil
 	}
+	for _, e := range expects {
+		s.srv.hub.Committed(s.database, e.pid, l.inbox, e.channel, e.payload, e.any)
+	}
 	if pe := l.applyAll(s, pending); pe != nil {
 		// The LISTEN committed and lockpool cannot honour it.
 		s.kill(pe.Fatal())
@@ -487,7 +502,10 @@ func (l *listening) expect(s *session, f *rewrite.Findings, pid uint32, args *wi
 // bindTail, when not nil, is the Bind's tail: $n arguments of pg_notify are
 // taken from it.
 func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
-	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || !s.srv.hub.Listening(s.database) {
+	// Registered whether or not anyone listens yet: a LISTEN may reach the
+	// listener connection before this transaction commits. ready settles
+	// them at the commit.
+	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.hub == nil {
 		return
 	}
 	var args *wire.BindArgs
@@ -715,6 +733,13 @@ func (in *inbox) Lost(err error) {
 	}
 	in.s.kill(pgerr.Newf(code, "Notifications may have been missed: reconnect and LISTEN again.",
 		"lockpool: the listener connection of database %q was lost: %v", in.s.database, err).Fatal())
+}
+
+// isClosed reports that the inbox takes no more notifications.
+func (in *inbox) isClosed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.closed
 }
 
 // take appends the waiting notifications to buf.
