@@ -103,12 +103,13 @@ func (s *session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
 }
 
 // rewriteStatements returns sql as lockpool sends it (defaultsEdits,
-// listenEdits, preparedViewEdits) and the command tags it corrects; sql itself and nil when
-// nothing changes.
+// listenEdits, preparedViewEdits, activityViewEdits) and the command tags
+// it corrects; sql itself and nil when nothing changes.
 func (s *session) rewriteStatements(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
 	edits := s.defaultsEdits(f, alone)
 	edits = append(edits, s.listenEdits(f, sql)...)
 	edits = append(edits, s.preparedViewEdits(f, sql)...)
+	edits = append(edits, s.activityViewEdits(f, sql)...)
 	if len(edits) == 0 {
 		return sql, nil
 	}
@@ -119,7 +120,7 @@ func (s *session) rewriteStatements(sql string, f *rewrite.Findings, alone bool)
 // as on the wire); it returns rest itself when nothing changes.
 func (s *session) rewriteParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	query, tail, ok := wire.CString(rest)
-	if !ok || len(f.Sets) == 0 && len(f.ChannelsCalls) == 0 && len(f.PreparedViews) == 0 {
+	if !ok || len(f.Sets) == 0 && len(f.ChannelsCalls) == 0 && len(f.PreparedViews) == 0 && len(f.ActivityViews) == 0 {
 		return rest
 	}
 	sql, _ := s.rewriteStatements(string(query), f, alone)

@@ -250,10 +250,11 @@ func (s *session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []by
 // sessionDependent reports whether the server's text of a statement with
 // findings f depends on the session's state when it runs: it reads
 // pg_prepared_statements or pg_listening_channels(), which lockpool
-// writes out as the client's statements and channels (see
-// preparedViewEdits, listenEdits).
+// writes out as the client's statements and channels, or
+// pg_stat_activity, which shows lockpool's clients (see
+// preparedViewEdits, listenEdits, activityViewEdits).
 func sessionDependent(f *rewrite.Findings) bool {
-	return len(f.PreparedViews) > 0 || len(f.ChannelsCalls) > 0
+	return len(f.PreparedViews) > 0 || len(f.ChannelsCalls) > 0 || len(f.ActivityViews) > 0
 }
 
 // refreshStmt brings a named statement whose server text depends on the

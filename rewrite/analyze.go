@@ -168,7 +168,7 @@ func (a *analyzer) statement(src string, st []token, depth int, body bool) {
 	}
 	a.leading(src, st, depth, body)
 	if !body && !stores {
-		a.preparedViews(src, st)
+		a.catalogViews(src, st)
 	}
 	if createFunc {
 		return // a function body is not run by CREATE: no calls to report

@@ -18,7 +18,7 @@ import "strings"
 //	';'      a statement start: the next word is a leading keyword
 //	'&'      U&' / U&" (escapes could spell any name)
 //	'p', 'P' the word temp/temporary (SELECT … INTO TEMP)
-//	'_'      pg_prepared_statements (any case)
+//	'_'      pg_prepared_statements, pg_stat_activity (any case)
 //
 // plus a leading keyword at the very start.
 func MayHit(sql string) bool {
@@ -42,7 +42,7 @@ func MayHit(sql string) bool {
 		}
 	}
 	for i := indexFrom(s, 2, '_'); i >= 0; i = indexFrom(s, i+1, '_') {
-		if s[i-1]|0x20 == 'g' && hasFold(s, i-2, "pg_prepared_statements") {
+		if s[i-1]|0x20 == 'g' && (hasFold(s, i-2, "pg_prepared_statements") || hasFold(s, i-2, "pg_stat_activity")) {
 			return true
 		}
 	}

@@ -10,12 +10,21 @@ type ViewRef struct {
 	Aliased bool
 }
 
-// preparedViews records the references to pg_prepared_statements
-// (unqualified or pg_catalog-qualified, any case) that stand where a FROM
-// list names a relation: after FROM, JOIN or a comma.
-func (a *analyzer) preparedViews(src string, st []token) {
+// catalogViews records the references to pg_prepared_statements and
+// pg_stat_activity (unqualified or pg_catalog-qualified, any case) that
+// stand where a FROM list names a relation: after FROM, JOIN or a comma.
+func (a *analyzer) catalogViews(src string, st []token) {
 	for i, t := range st {
-		if !isIdentTok(t.kind) || !identIs(src, t, "pg_prepared_statements") {
+		if !isIdentTok(t.kind) {
+			continue
+		}
+		var list *[]ViewRef
+		switch {
+		case identIs(src, t, "pg_prepared_statements"):
+			list = &a.f.PreparedViews
+		case identIs(src, t, "pg_stat_activity"):
+			list = &a.f.ActivityViews
+		default:
 			continue
 		}
 		if i+1 < len(st) && (isPunct(src, st[i+1], '(') || isPunct(src, st[i+1], '.')) {
@@ -43,6 +52,6 @@ func (a *analyzer) preparedViews(src string, st []token) {
 				ref.Aliased = true
 			}
 		}
-		a.f.PreparedViews = append(a.f.PreparedViews, ref)
+		*list = append(*list, ref)
 	}
 }

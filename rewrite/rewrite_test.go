@@ -18,6 +18,7 @@ type want struct {
 	chans   []string   // src[Pos:End] of each ChannelsCalls span
 	whole   *LeaseCall // ChannelsWhole
 	views   []string   // src[Pos:End] of each PreparedViews reference, "+alias" appended when Aliased
+	acts    []string   // the same for ActivityViews
 	signal  *SignalCall
 	stmts   int
 	count   bool // check stmts
@@ -56,6 +57,8 @@ func notifies(c ...NotifyCall) want { return want{notify: c} }
 func chans(text ...string) want { return want{chans: text} }
 
 func views(text ...string) want { return want{views: text} }
+
+func activity(text ...string) want { return want{acts: text} }
 
 func (w want) wholeCh(alias string, star bool) want {
 	w.whole = &LeaseCall{Func: "pg_listening_channels", Alias: alias, Star: star}
@@ -288,6 +291,13 @@ var cases = []tcase{
 	{"prepared view column", "SELECT pg_prepared_statements FROM t", none()},
 	{"prepared view in string", "SELECT 'FROM pg_prepared_statements'", none()},
 	{"prepared view stored", "CREATE VIEW v AS SELECT * FROM pg_prepared_statements", none()},
+	// --- pg_stat_activity in a FROM list
+	{"activity view", "SELECT pid, (SELECT pg_terminate_backend(pid)) AS killed FROM pg_stat_activity WHERE state = $1", activity("pg_stat_activity")},
+	{"activity view qualified", "select count(*) from PG_CATALOG.PG_STAT_ACTIVITY a", activity("PG_CATALOG.PG_STAT_ACTIVITY+alias")},
+	{"activity and prepared views", "SELECT 1 FROM pg_stat_activity, pg_prepared_statements", want{views: []string{"pg_prepared_statements"}, acts: []string{"pg_stat_activity"}}},
+	{"activity view other schema", "SELECT 1 FROM monitor.pg_stat_activity", none()},
+	{"activity view function", "SELECT * FROM pg_stat_activity(1)", none()},
+	{"activity view stored", "CREATE VIEW v AS SELECT * FROM pg_stat_activity", none()},
 	{"prepared view function", "SELECT * FROM pg_prepared_statements()", none()},
 	{"prepared view in DO", "DO $$BEGIN PERFORM 1 FROM pg_prepared_statements; END$$", none()},
 	{"channels whole", "SELECT pg_listening_channels()", chans("pg_listening_channels()").wholeCh("", false).n(1)},
@@ -330,7 +340,7 @@ var cases = []tcase{
 	{"cancel literal", "SELECT pg_cancel_backend(4194305)", sig(CancelBackend, "", nArg("4194305"))},
 	{"cancel param alias", "select pg_catalog.pg_cancel_backend($1) as ok", sig(CancelBackend, "ok", pArg(1))},
 	{"cancel comment before paren", "SELECT pg_cancel_backend /* x */ ($1)", sig(CancelBackend, "", pArg(1))},
-	{"terminate from pg_stat_activity", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'x'", none()},
+	{"terminate from pg_stat_activity", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'x'", activity("pg_stat_activity")},
 	{"terminate expression arg", "SELECT pg_terminate_backend(pg_backend_pid())", none()},
 	{"terminate two calls", "SELECT pg_terminate_backend(1), pg_cancel_backend(2)", none()},
 	{"terminate two statements", "SELECT pg_terminate_backend(1); SELECT 1", none().n(2)},
@@ -454,6 +464,17 @@ func check(t *testing.T, c tcase, f Findings) {
 	}
 	if !reflect.DeepEqual(vs, w.views) {
 		t.Errorf("%s: PreparedViews = %q, want %q", c.name, vs, w.views)
+	}
+	var as []string
+	for _, v := range f.ActivityViews {
+		text := c.sql[v.Pos:v.End]
+		if v.Aliased {
+			text += "+alias"
+		}
+		as = append(as, text)
+	}
+	if !reflect.DeepEqual(as, w.acts) {
+		t.Errorf("%s: ActivityViews = %q, want %q", c.name, as, w.acts)
 	}
 	if !reflect.DeepEqual(f.ChannelsWhole, w.whole) {
 		t.Errorf("%s: ChannelsWhole = %+v, want %+v", c.name, f.ChannelsWhole, w.whole)

@@ -316,6 +316,11 @@ type Findings struct {
 	// server's view shows lockpool's statement names, so lockpool replaces
 	// each with the client's statements.
 	PreparedViews []ViewRef
+	// ActivityViews are the FROM-list references to pg_stat_activity, as
+	// PreparedViews: the server's view shows lockpool's pooled connections
+	// and not its clients, so lockpool replaces each with a view of its
+	// own (an idle client is a row with its key pid).
+	ActivityViews []ViewRef
 	// Signal is set when the whole text is one statement (an optional
 	// trailing ';' aside) that is one pg_terminate_backend or
 	// pg_cancel_backend call (see SignalCall), and the text calls neither
@@ -334,6 +339,6 @@ type Findings struct {
 // Hit reports whether anything at all was found.
 func (f Findings) Hit() bool {
 	return f.Advisory || f.Lease != nil || f.LeaseMention || f.LeaseFence || len(f.State) > 0 || len(f.Sets) > 0 ||
-		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || f.Signal != nil ||
+		len(f.Notifies) > 0 || len(f.ChannelsCalls) > 0 || f.ChannelsWhole != nil || len(f.PreparedViews) > 0 || len(f.ActivityViews) > 0 || f.Signal != nil ||
 		f.Terminates || f.Cancels || f.BackendPID
 }
