@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -12,6 +13,7 @@ import (
 var (
 	shared      *Cluster
 	unavailable string // why no shared cluster exists
+	short       bool   // go test -short: no cluster, tests needing one skip (also under $CI)
 )
 
 // RunMain is for TestMain: it starts one cluster for the package, calls
@@ -20,8 +22,16 @@ var (
 //
 // If the PostgreSQL binaries are missing and $CI is non-empty it prints why
 // and returns 1 without running tests. Locally it records the reason and
-// runs the tests; those calling Require are skipped.
+// runs the tests; those calling Require are skipped. With -short (the
+// quick tier) it starts nothing and every test calling Require skips.
 func RunMain(m *testing.M, setup func(*Cluster) error) int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if testing.Short() {
+		short, unavailable = true, "-short: tests that need PostgreSQL do not run"
+		return m.Run()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	c, err := Start(ctx)
 	cancel()
@@ -73,7 +83,7 @@ func Require(t testing.TB) *Cluster {
 	if unavailable == "" {
 		t.Fatal("pgtest: no shared cluster: call pgtest.RunMain from TestMain")
 	}
-	if os.Getenv("CI") != "" {
+	if os.Getenv("CI") != "" && !short {
 		t.Fatalf("pgtest: %s (CI is set)", unavailable)
 	}
 	t.Skipf("pgtest: %s", unavailable)
