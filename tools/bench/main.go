@@ -17,6 +17,11 @@
 //	go run ./tools/bench -out bench-results/$(date +%F).json
 //
 // Quick smoke run: -T 2 -clients 10,100 -idle 1000.
+//
+// -report FILE prints an earlier run's report again; -charts DIR (with
+// -report, or at the end of a run) also draws its pgbench figures as SVG
+// charts in DIR: tps.svg, cpu.svg and latency.svg, each when the report
+// has its figure.
 package main
 
 import (
@@ -58,6 +63,7 @@ type options struct {
 	keep             bool
 	lockpoolBy       string // path to a lockpool binary; "" builds one
 	reprint          string // -report: print this JSON report, run nothing
+	charts           string // -charts: write the report's SVG charts into this directory
 }
 
 // Report is what the JSON file holds.
@@ -134,6 +140,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
 	flag.StringVar(&o.reprint, "report", "", "print the report of this JSON file (an earlier run's -out) and exit: nothing is run")
+	flag.StringVar(&o.charts, "charts", "", "also write SVG charts of the report (tps.svg, cpu.svg, latency.svg, each only when the report has its figure) into this directory: with -report, of that file's report; otherwise at the end of the run")
 	flag.StringVar(&o.lockpoolBy, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
 	flag.Parse()
 	var err error
@@ -176,7 +183,7 @@ func run() int {
 		return 2
 	}
 	if o.reprint != "" {
-		return reprint(o.reprint)
+		return reprint(o.reprint, o.charts)
 	}
 	t0 := time.Now()
 	raiseNoFile()
@@ -258,6 +265,11 @@ func run() int {
 		return fail(err)
 	}
 	fmt.Printf("\nJSON: %s  (elapsed %s)\n", o.out, time.Since(t0).Round(time.Second))
+	if o.charts != "" {
+		if err := printCharts(o.charts, rep); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
 }
 
@@ -273,8 +285,9 @@ func writeJSON(path string, rep *Report) error {
 }
 
 // reprint prints the report of the JSON file path (written by an earlier
-// run), in this version's format.
-func reprint(path string) int {
+// run), in this version's format, and writes its charts into chartsDir
+// unless that is "".
+func reprint(path, chartsDir string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fail(err)
@@ -284,7 +297,27 @@ func reprint(path string) int {
 		return fail(fmt.Errorf("%s: %w", path, err))
 	}
 	printReport(os.Stdout, rep)
+	if chartsDir != "" {
+		if err := printCharts(chartsDir, rep); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
+}
+
+// printCharts writes the charts of rep into dir and says which files it
+// wrote.
+func printCharts(dir string, rep *Report) error {
+	paths, err := writeCharts(dir, rep)
+	if err != nil {
+		return fmt.Errorf("charts: %w", err)
+	}
+	if len(paths) == 0 {
+		fmt.Println("charts: none (the report has no pgbench figures)")
+		return nil
+	}
+	fmt.Printf("charts: %s\n", strings.Join(paths, " "))
+	return nil
 }
 
 func fail(err error) int {
