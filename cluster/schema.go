@@ -61,8 +61,16 @@ CREATE TABLE IF NOT EXISTS %[4]s (
 );`, t.schema, t.instances, t.apps, t.slots)
 }
 
-// migrate creates the tables, once per coordination connection.
+// migrate creates the tables, once per coordination connection. When they
+// are there already (every start but the first) it changes nothing and
+// takes no lock: the DDL's ALTER TABLE would queue for an exclusive lock
+// behind any transaction that holds a row of cluster_instances, and every
+// instance's heartbeat would queue behind it.
 func (t tables) migrate(ctx context.Context, c *pgx.Conn) error {
+	current, err := t.current(ctx, c)
+	if err != nil || current {
+		return err
+	}
 	return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", MigrationLockKey); err != nil {
 			return err
@@ -70,4 +78,15 @@ func (t tables) migrate(ctx context.Context, c *pgx.Conn) error {
 		_, err := tx.Exec(ctx, t.ddl())
 		return err
 	})
+}
+
+// current reports whether the tables exist as ddl makes them, from the
+// catalogs alone.
+func (t tables) current(ctx context.Context, c *pgx.Conn) (bool, error) {
+	var ok bool
+	err := c.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
+  AND pg_catalog.to_regclass($3) IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1) AND attname = 'signal_key' AND NOT attisdropped)`,
+		t.instances, t.apps, t.slots).Scan(&ok)
+	return ok, err
 }

@@ -46,11 +46,10 @@ func TestClusterStalledInstanceReclaimedSafely(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalledAt := time.Now()
-	// Alone this takes about ttl (2 s); inside the whole package under
-	// -race on two CPUs it took more than 12 s once. The property is that
-	// it happens, safely (the sampler checks the budget meanwhile); the time
-	// it took is logged.
-	eventually(t, clusterTTL+40*time.Second, "the others to reclaim the stalled instance's slots", func() bool {
+	// About ttl (2 s). The property is that it happens, safely (the
+	// sampler checks the budget meanwhile); the bound leaves room for a
+	// loaded machine, and the time it took is logged.
+	eventually(t, clusterTTL+15*time.Second, "the others to reclaim the stalled instance's slots", func() bool {
 		_, ok := slotsOf(self)
 		return !ok
 	})

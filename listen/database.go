@@ -325,17 +325,23 @@ func (d *database) deliver(c *conn, n *pgconn.Notification) {
 	if k, ok := owner.(KeyPIDer); ok {
 		pid = k.KeyPID() // sent by a client of the proxy: every subscriber sees its pid
 	}
+	// Counted before the subscribers hear of it: whoever saw a delivery
+	// sees it in the counts.
 	var count uint64
-	for sub, s := range ch.subs {
-		if !s.active {
-			continue
+	for _, s := range ch.subs {
+		if s.active {
+			count++
 		}
-		sub.Notify(Notification{Channel: n.Channel, Payload: n.Payload, PID: pid, Own: owner != nil && sub == owner})
-		count++
 	}
-	if count > 0 {
-		d.hub.delivered.Add(count)
-		d.hub.m.delivered.Add(float64(count))
+	if count == 0 {
+		return
+	}
+	d.hub.delivered.Add(count)
+	d.hub.m.delivered.Add(float64(count))
+	for sub, s := range ch.subs {
+		if s.active {
+			sub.Notify(Notification{Channel: n.Channel, Payload: n.Payload, PID: pid, Own: owner != nil && sub == owner})
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/cluster"
@@ -52,6 +54,14 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 				pc.RuntimeParams = map[string]string{}
 			}
 			pc.RuntimeParams["application_name"] = cluster.AppName
+			// A statement whose context ends (a tick's timeout) is
+			// cancelled on the server too: a backend blocked on a lock
+			// would otherwise wait on after lockpool closed its
+			// connection, and keep its locks and its place in the lock
+			// queue.
+			pc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+				return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
+			}
 			return pgx.ConnectConfig(ctx, pc)
 		},
 		Apps:    func() []cluster.App { return clusterApps(s.started, s.Config()) },
