@@ -57,6 +57,8 @@ type serverLink struct {
 	st    *serverState
 	loop  *evloop.Loop // the session's loop, once it runs there (kill posts to it)
 
+	// The session's pin: whether it is pinned, why, since when. The
+	// session is their only writer (setPin) and reads them without mu.
 	pinned      bool
 	pinReason   string
 	pinnedSince time.Time

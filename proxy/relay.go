@@ -518,7 +518,7 @@ func (s *session) safePoint() error {
 			}
 			if probe {
 				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
-				held, reason = true, s.pinReason
+				held, reason = true, s.pinWant
 			}
 		}
 		if probe {
@@ -538,13 +538,13 @@ func (s *session) safePoint() error {
 	draining := s.link.draining || s.drainAfterTx.Load() && s.executed.Load()
 	s.link.mu.Unlock()
 	if s.txStatus == 'I' && draining {
-		if s.pinned || s.slot != nil {
+		if s.link.pinned || s.slot != nil {
 			return errShutdown()
 		}
 		s.release()
 		return errShutdown()
 	}
-	if s.txStatus == 'I' && !s.pinned && s.slot == nil && !s.app.sessionPool {
+	if s.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.sessionPool {
 		s.release()
 	}
 	return nil
@@ -603,23 +603,22 @@ func (s *session) onParameterStatus(b []byte) {
 // setPinned applies a probe result.
 func (s *session) setPinned(held bool, reason string) {
 	switch {
-	case held && !s.pinned:
+	case held && !s.link.pinned:
 		if reason == "" {
 			reason = "advisory_lock"
 		}
-		s.pinned, s.pinReason = true, reason
+		s.pinWant = reason
 		s.link.setPin(true, reason)
 		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, reason).Inc()
 		s.app.pins.Inc()
-	case !held && s.pinned:
-		s.pinned = false
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, s.pinReason).Dec()
-		s.pinReason = ""
+	case !held && s.link.pinned:
+		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, s.link.pinReason).Dec()
+		s.pinWant = ""
 		s.link.setPin(false, "")
 	case !held:
-		s.pinReason = ""
+		s.pinWant = ""
 	}
-	if !s.pinned && s.slot != nil {
+	if !s.link.pinned && s.slot != nil {
 		s.slot.Release()
 		s.slot = nil
 	}
@@ -641,8 +640,8 @@ func (s *session) serverLost(err error) error {
 		return err // a kill interrupted the wait: its FATAL ends the session
 	}
 	sc := s.link.sc
-	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
-	wasPinned := s.pinned || s.slot != nil
+	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
+	wasPinned := s.link.pinned || s.slot != nil
 	_ = s.link.to(linkLost)
 	for s.q.len() > 0 {
 		s.undo(s.q.pop())

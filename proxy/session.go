@@ -111,9 +111,10 @@ type session struct {
 	localExit bool // localTx: the client prepared a transaction-ending statement
 
 	// Pins.
+	// Whether the session is pinned, and why, is the link's (link.pinned,
+	// link.pinReason: the session writes them, setPinned).
 	slot      *pinSlot // a pin slot held (taken before a statement that may lock, kept while pinned)
-	pinReason string
-	pinned    bool
+	pinWant   string   // why the statements since the last probe would pin (a policy's reason); "" none
 	needProbe bool
 	wantSlot  bool // a statement wants a pin slot and no server connection is attached: attach takes both together
 
@@ -427,7 +428,7 @@ func (s *session) idle() error {
 	if s.idleTx > 0 && s.txStatus != 'I' {
 		s.r.SetDeadline(time.Now().Add(s.idleTx))
 	}
-	if s.txStatus == 'I' && !s.unsynced && (s.pinned || s.app.sessionPool) {
+	if s.txStatus == 'I' && !s.unsynced && (s.link.pinned || s.app.sessionPool) {
 		return s.watchIdle()
 	}
 	return nil
@@ -513,7 +514,7 @@ func (s *session) acquireWithPin() (*pool.Conn, error) {
 	sc, err := s.srv.pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
 	s.endWait()
 	if err != nil {
-		s.needProbe, s.pinReason = false, ""
+		s.needProbe, s.pinWant = false, ""
 		return nil, err
 	}
 	s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
@@ -719,11 +720,11 @@ func (s *session) status() byte {
 // leaves it in a failed transaction, so that its next statements never run
 // outside the block it asked for.
 func (s *session) attachFailed(err error, simple, begins bool) error {
-	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.pinned {
+	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// A pin slot taken for this statement must not outlive it: nothing
 		// ran, so nothing can be held.
 		s.slot.Release()
-		s.slot, s.wantSlot, s.needProbe, s.pinReason = nil, false, false, ""
+		s.slot, s.wantSlot, s.needProbe, s.pinWant = nil, false, false, ""
 	}
 	var pe *pgError
 	switch {
@@ -846,8 +847,8 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		Advisory:       f.Advisory,
 		Unlock:         callsUnlock(f),
 		Holdable:       holdable(f),
-		AdvisoryPinned: (s.pinned || s.slot != nil || s.wantSlot) && s.pinReason == "advisory_lock",
-		Pinned:         s.pinned,
+		AdvisoryPinned: (s.link.pinned || s.slot != nil || s.wantSlot) && s.pinWant == "advisory_lock",
+		Pinned:         s.link.pinned,
 	}
 	for _, fn := range f.Funcs {
 		if fn.SessionAcquire() {
@@ -941,8 +942,8 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 			s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
 		}
 		s.needProbe = true
-		if s.pinReason == "" {
-			s.pinReason = d.Reason
+		if s.pinWant == "" {
+			s.pinWant = d.Reason
 		}
 	case policy.Probe:
 		s.needProbe = true
@@ -1113,10 +1114,10 @@ func (s *session) onSync(n int) error {
 	}
 	failed := s.skipping
 	s.skipping = false
-	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.pinned {
+	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// Nothing ran on a server: nothing can be held.
 		s.slot.Release()
-		s.slot, s.wantSlot, s.needProbe, s.pinReason = nil, false, false, ""
+		s.slot, s.wantSlot, s.needProbe, s.pinWant = nil, false, false, ""
 	}
 	if s.link.sc == nil {
 		s.unsynced = false
@@ -1216,7 +1217,7 @@ func (s *session) exchangeBroken(err error) *pgError {
 	if errors.As(s.serverLost(err), &pe) && pe.IsFatal() {
 		return pe
 	}
-	return pgerr.ConnectionLost(s.pinned || s.slot != nil).Fatal()
+	return pgerr.ConnectionLost(s.link.pinned || s.slot != nil).Fatal()
 }
 
 // cleanup runs when the session ends, however it ends.
@@ -1239,7 +1240,7 @@ func (s *session) cleanup() {
 	}
 	if sc != nil {
 		switch {
-		case clean && (s.pinned || s.app.sessionPool || s.slot != nil):
+		case clean && (s.link.pinned || s.app.sessionPool || s.slot != nil):
 			if s.resetServer(sc) {
 				s.releaseServer(sc)
 			} else {
