@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,16 +78,6 @@ func TestActivityViewAsDirect(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	connect := func(t *testing.T, dsn string) *pgx.Conn {
-		t.Helper()
-		c, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(context.Background()) })
-		return c
-	}
-
 	type seen struct{ own, prepared, others, terminated []string }
 	results := map[string]seen{}
 	for _, tg := range targets {
@@ -96,13 +85,13 @@ func TestActivityViewAsDirect(t *testing.T) {
 			var r seen
 			var idle []*pgx.Conn
 			for range 3 {
-				c := connect(t, tg.dsn)
+				c := mustConnect(ctx, t, tg.dsn)
 				if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
 					t.Fatal(err)
 				}
 				idle = append(idle, c)
 			}
-			reader := connect(t, tg.dsn)
+			reader := mustConnect(ctx, t, tg.dsn)
 			if tg.name == "lockpool" {
 				// Pooled connections of the role exist beside the reader's:
 				// the view must not show them.
@@ -118,12 +107,12 @@ func TestActivityViewAsDirect(t *testing.T) {
 			if !slices.Equal(first, r.own) {
 				t.Errorf("prepared: %q, simple: %q", first, r.own)
 			}
-			late := connect(t, tg.dsn)
+			late := mustConnect(ctx, t, tg.dsn)
 			if _, err := late.Exec(ctx, "SELECT 1"); err != nil {
 				t.Fatal(err)
 			}
 			r.prepared = observe(t, reader, pgx.QueryExecModeCacheStatement, append(idle, late))
-			r.others = observe(t, connect(t, tg.otherDSN), pgx.QueryExecModeExec, idle)
+			r.others = observe(t, mustConnect(ctx, t, tg.otherDSN), pgx.QueryExecModeExec, idle)
 
 			// node-postgres' connection-pool/error test, narrowed to this
 			// test's role.

@@ -37,7 +37,7 @@ func TestListenSenderPIDWithoutEarlierListeners(t *testing.T) {
 	}{
 		{"another client listens before the commit", func(t *testing.T, ctx context.Context, dsn string, send func(context.Context, *pgx.Conn, string) error) {
 			channel := uniqueName(t, "first")
-			sender, listener := connectListen(ctx, t, dsn), connectListen(ctx, t, dsn)
+			sender, listener := mustConnect(ctx, t, dsn), mustConnect(ctx, t, dsn)
 			execListen(ctx, t, sender, "BEGIN")
 			if err := send(ctx, sender, channel); err != nil {
 				t.Fatal(err)
@@ -48,7 +48,7 @@ func TestListenSenderPIDWithoutEarlierListeners(t *testing.T) {
 		}},
 		{"the sender listens later in its transaction", func(t *testing.T, ctx context.Context, dsn string, send func(context.Context, *pgx.Conn, string) error) {
 			channel := uniqueName(t, "own")
-			sender := connectListen(ctx, t, dsn)
+			sender := mustConnect(ctx, t, dsn)
 			execListen(ctx, t, sender, "BEGIN")
 			if err := send(ctx, sender, channel); err != nil {
 				t.Fatal(err)
@@ -89,17 +89,6 @@ func checkNotification(ctx context.Context, t *testing.T, c *pgx.Conn, channel s
 		t.Fatalf("got channel %s payload %q pid %d; want channel %s payload \"sent\" pid %d (the sender's PID())",
 			n.Channel, n.Payload, n.PID, channel, pid)
 	}
-}
-
-// connectListen connects to dsn for the test's lifetime.
-func connectListen(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	return c
 }
 
 // execListen runs sql on c in the simple protocol and fails t on an error.

@@ -140,6 +140,17 @@ func freePort(t testing.TB) int {
 // uniqueName is [testenv.UniqueName].
 func uniqueName(t testing.TB, prefix string) string { return testenv.UniqueName(t, prefix) }
 
+// mustConnect connects to dsn with pgx for the test's lifetime.
+func mustConnect(ctx context.Context, t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
 // skipOrFail is [testenv.SkipOrFail].
 func skipOrFail(t testing.TB, why string) {
 	t.Helper()

@@ -35,15 +35,20 @@ func (s *session) activityViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if len(f.ActivityViews) == 0 {
 		return nil
 	}
-	text := s.srv.activityView(s.pid)
+	return viewEdits(f.ActivityViews, sql, s.srv.activityView(s.pid), "pg_stat_activity")
+}
+
+// viewEdits replaces each reference refs to a catalog view in sql with
+// text, which keeps the view's name when the query gives no alias.
+func viewEdits(refs []rewrite.ViewRef, sql, text, name string) []sqlEdit {
 	var edits []sqlEdit
-	for _, v := range f.ActivityViews {
+	for _, v := range refs {
 		if v.End > len(sql) {
 			continue
 		}
 		t := text
 		if !v.Aliased {
-			t += " AS pg_stat_activity"
+			t += " AS " + name
 		}
 		edits = append(edits, sqlEdit{pos: v.Pos, end: v.End, text: t})
 	}

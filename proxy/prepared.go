@@ -785,19 +785,7 @@ func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 		b.WriteString(") c(name, srv, statement, at, types) LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = c.srv UNION ALL ")
 	}
 	b.WriteString("SELECT pg_catalog.to_jsonb(p) FROM pg_catalog.pg_prepared_statements p WHERE p.name !~ '^lp_[0-9a-f]{16}$') q(r)), '[]'))")
-	text := b.String()
-	var edits []sqlEdit
-	for _, v := range f.PreparedViews {
-		if v.End > len(sql) {
-			continue
-		}
-		t := text
-		if !v.Aliased {
-			t += " AS pg_prepared_statements"
-		}
-		edits = append(edits, sqlEdit{pos: v.Pos, end: v.End, text: t})
-	}
-	return edits
+	return viewEdits(f.PreparedViews, sql, b.String(), "pg_prepared_statements")
 }
 
 // paramTypesArray is the regtype[] of a ParameterDescription body, NULL

@@ -60,6 +60,19 @@ func views(text ...string) want { return want{views: text} }
 
 func activity(text ...string) want { return want{acts: text} }
 
+// viewTexts is sql[Pos:End] of each reference, "+alias" appended when Aliased.
+func viewTexts(sql string, refs []ViewRef) []string {
+	var out []string
+	for _, v := range refs {
+		text := sql[v.Pos:v.End]
+		if v.Aliased {
+			text += "+alias"
+		}
+		out = append(out, text)
+	}
+	return out
+}
+
 func (w want) wholeCh(alias string, star bool) want {
 	w.whole = &LeaseCall{Func: "pg_listening_channels", Alias: alias, Star: star}
 	return w
@@ -454,26 +467,10 @@ func check(t *testing.T, c tcase, f Findings) {
 	if !reflect.DeepEqual(spans, w.chans) {
 		t.Errorf("%s: ChannelsCalls = %q, want %q", c.name, spans, w.chans)
 	}
-	var vs []string
-	for _, v := range f.PreparedViews {
-		text := c.sql[v.Pos:v.End]
-		if v.Aliased {
-			text += "+alias"
-		}
-		vs = append(vs, text)
-	}
-	if !reflect.DeepEqual(vs, w.views) {
+	if vs := viewTexts(c.sql, f.PreparedViews); !reflect.DeepEqual(vs, w.views) {
 		t.Errorf("%s: PreparedViews = %q, want %q", c.name, vs, w.views)
 	}
-	var as []string
-	for _, v := range f.ActivityViews {
-		text := c.sql[v.Pos:v.End]
-		if v.Aliased {
-			text += "+alias"
-		}
-		as = append(as, text)
-	}
-	if !reflect.DeepEqual(as, w.acts) {
+	if as := viewTexts(c.sql, f.ActivityViews); !reflect.DeepEqual(as, w.acts) {
 		t.Errorf("%s: ActivityViews = %q, want %q", c.name, as, w.acts)
 	}
 	if !reflect.DeepEqual(f.ChannelsWhole, w.whole) {
