@@ -203,7 +203,7 @@ for suite in "${suites[@]}"; do
 		[[ $target == lockpool ]] && port=$lpport
 		say "$suite: running $target (port $port)"
 		"$work/driversuites" -suite "$suite" -dsn "postgres://$user:$password@127.0.0.1:$port/$db" \
-			-workdir "$work/$suite-$target" -timeout 45s \
+			-workdir "$work/$suite-$target" -srcdir "$work/$suite-src" -timeout 45s \
 			>"$work/$suite-$target.out" 2>"$work/$suite-$target.err" || true
 		if ! grep -qE '^(PASS|FAIL|SKIP) ' "$work/$suite-$target.out"; then
 			say "$suite: $target ran no test; its output:"

@@ -22,17 +22,30 @@ type goSuite struct {
 }
 
 // runGoSuite copies the module from the module cache (downloading it when
-// needed) into dir/src, builds its tests, runs them with go test -json and
-// returns the top-level tests' results. go test's output is kept in
-// dir/go-test.json.
-func runGoSuite(g goSuite, dir, run string) ([]result, error) {
+// needed) into srcDir (default dir/src) unless an earlier run did, builds
+// its tests, runs them with go test -json and returns the top-level tests'
+// results. go test's output is kept in dir/go-test.json.
+func runGoSuite(g goSuite, dir, srcDir, run string) ([]result, error) {
 	src, err := moduleDir(g.module+"@"+g.version, dir)
 	if err != nil {
 		return nil, err
 	}
 	copyDir := filepath.Join(dir, "src")
-	if err := copyTree(src, copyDir); err != nil {
-		return nil, err
+	if srcDir != "" {
+		copyDir = srcDir
+	}
+	// The copy is made once: go's build cache keys packages by their
+	// directory, so runs against several targets from one copy compile once.
+	marker := filepath.Join(copyDir, ".driversuites-copied")
+	if _, err := os.Stat(marker); err != nil {
+		if err := copyTree(src, copyDir); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(marker, []byte(g.module+"@"+g.version+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	} else if b, _ := os.ReadFile(marker); string(b) != g.module+"@"+g.version+"\n" {
+		return nil, fmt.Errorf("-srcdir %s holds %s, not %s@%s", copyDir, strings.TrimSpace(string(b)), g.module, g.version)
 	}
 	env := append(suiteEnv(), g.env...)
 	env = append(env, "GOWORK=off")

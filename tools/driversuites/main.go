@@ -64,7 +64,8 @@ type result struct {
 func main() {
 	suite := flag.String("suite", "", "libpq, pgx or node")
 	dsn := flag.String("dsn", "", "connection target: postgres://user:pw@host:port/db or host=… port=… user=… password=… dbname=…")
-	workdir := flag.String("workdir", "", "writable directory for the suite's copy and logs (emptied first)")
+	workdir := flag.String("workdir", "", "writable directory for the suite's logs (emptied first)")
+	srcdir := flag.String("srcdir", "", "Go suites: directory of the module's copy, kept between runs so that a second run (another target) reuses the first one's build (default: the work directory's src, emptied first)")
 	version := flag.String("version", "", "module version of a Go suite (default: libpq v1.12.3, pgx v5.12.0)")
 	run := flag.String("run", "", "only these tests: go test's -run for Go suites, a regexp on the file name for node")
 	nodeTests := flag.String("node-tests", "integration/driversuites/node-postgres/test", "node: the vendored test directory")
@@ -93,9 +94,9 @@ func main() {
 	var results []result
 	switch *suite {
 	case "libpq":
-		results, err = runGoSuite(goSuite{module: "github.com/lib/pq", version: or(*version, "v1.12.3"), env: target.libpqEnv()}, dir, *run)
+		results, err = runGoSuite(goSuite{module: "github.com/lib/pq", version: or(*version, "v1.12.3"), env: target.libpqEnv()}, dir, *srcdir, *run)
 	case "pgx":
-		results, err = runGoSuite(goSuite{module: "github.com/jackc/pgx/v5", version: or(*version, "v5.12.0"), env: []string{"PGX_TEST_DATABASE=" + target.url()}}, dir, *run)
+		results, err = runGoSuite(goSuite{module: "github.com/jackc/pgx/v5", version: or(*version, "v5.12.0"), env: []string{"PGX_TEST_DATABASE=" + target.url()}}, dir, *srcdir, *run)
 	case "node":
 		results, err = runNode(nodeSuite{tests: *nodeTests, modules: *nodeModules, timeout: *timeout, run: *run, env: target.libpqEnv()}, dir)
 	default:
