@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t="${FUZZTIME:-100s}"
-for entry in "FuzzAnalyze ./rewrite" "FuzzParse ./config" "FuzzFrame ./proxy" "FuzzStartup ./proxy" "FuzzSession ./proxy" "FuzzRelay ./proxy" "FuzzTxCommand ./proxy" "FuzzParseMessages ./internal/wire" "FuzzReadHeader ./internal/wire" "FuzzFromBody ./internal/pgerr"; do
+for entry in "FuzzAnalyze ./rewrite" "FuzzParse ./config" "FuzzFrame ./proxy" "FuzzStartup ./proxy" "FuzzSession ./proxy" "FuzzRelay ./proxy" "FuzzTxCommand ./proxy/txcmd" "FuzzParseMessages ./internal/wire" "FuzzReadHeader ./internal/wire" "FuzzFromBody ./internal/pgerr"; do
 	read -r target pkg <<<"$entry"
 	echo "=== $target ($pkg) for $t"
 	go test -run='^$' -fuzz="^${target}\$" -fuzztime="$t" "$pkg"
