@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
 // fuzzConfig: one application, and a server address where nothing listens
@@ -144,7 +145,7 @@ func FuzzStartup(f *testing.F) {
 		}
 		_, _, _ = parseStartupParams(data)
 		if o, ok := fzOptions(data); ok {
-			_, _ = optionParams(o)
+			_, _ = startupparam.ParseOptions(o)
 		}
 
 		client, server := net.Pipe()

@@ -14,6 +14,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -219,7 +220,7 @@ func (l *listening) apply(s *session, op listenOp) *pgError {
 // they brought.
 func (s *session) beforeCommit(sql []byte) {
 	l := s.listeningOf()
-	if l == nil || l.savepoint(sql) || len(l.pending) == 0 || txCommandOf(sql) != txCommit {
+	if l == nil || l.savepoint(sql) || len(l.pending) == 0 || txcmd.Of(sql) != txcmd.Commit {
 		return
 	}
 	var channels []string
@@ -283,20 +284,20 @@ func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
 // drops the LISTENs and UNLISTENs made after it, as PostgreSQL does. It
 // reports whether sql was one.
 func (l *listening) savepoint(sql []byte) bool {
-	w, rest := nextWord(sql)
+	w, rest := txcmd.NextWord(sql)
 	switch {
-	case wordIs(w, "savepoint"):
+	case txcmd.WordIs(w, "savepoint"):
 		if name := savepointName(rest); name != "" {
 			l.pending = append(l.pending, listenOp{savepoint: name})
 		}
-	case wordIs(w, "rollback"), wordIs(w, "release"):
-		rollback := wordIs(w, "rollback")
+	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
+		rollback := txcmd.WordIs(w, "rollback")
 		if rollback {
-			if w, rest = nextWord(rest); !wordIs(w, "to") {
+			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
 				return false
 			}
 		}
-		if w2, r2 := nextWord(rest); wordIs(w2, "savepoint") {
+		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
 			rest = r2
 		}
 		name := savepointName(rest)

@@ -10,6 +10,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/startupparam"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -150,19 +151,17 @@ func validParamName(k string) bool {
 // stands only once the settings (then just those PostgreSQL applied before
 // it) passed the server's check, as on PostgreSQL, which applies each switch
 // as it reads it. err is lockpool's own refusal, reported at once.
-func (s *session) parseOptions(opts string, explicit []startupParam) (settings []startupParam, optErr, err error) {
-	settings, optErr = optionParams(opts)
+func (s *session) parseOptions(opts string, explicit []startupparam.Param) (settings []startupparam.Param, optErr, err error) {
+	settings, optErr = startupparam.ParseOptions(opts)
 	if optErr == nil {
 		settings = append(settings, explicit...)
 	}
-	if err := checkUnsupportedParams(settings); err != nil {
+	if err := startupparam.CheckUnsupported(settings); err != nil {
 		return nil, nil, err
 	}
 	s.setStartupValues(settings, nil)
 	return settings, optErr, nil
 }
-
-func quoteForMsg(s string) string { return `"` + s + `"` }
 
 // appendStartupParams appends the ParameterStatus set a client gets at
 // login: the server's values, overridden by the client's own.

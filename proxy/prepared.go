@@ -17,6 +17,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -114,7 +115,7 @@ func (s *session) onParse(n int) error {
 			return s.sendPlainUnnamedParse(body, rest, slot, begins)
 		}
 	}
-	begins := txCommandOf(query) == txBegin
+	begins := txcmd.Of(query) == txcmd.Begin
 	f, mayHit := analyze(query)
 	schema := mayHit && changesSchema(query)
 	if schema {

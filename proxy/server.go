@@ -27,6 +27,7 @@ import (
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
 // clientBufSize is the read buffer a session borrows while its client
@@ -88,7 +89,7 @@ type Server struct {
 	health  healthProbe
 	authq   authLookup
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
-	startupChecks startupChecks
+	startupChecks startupparam.Cache
 	loginLog      loginLimiter // rate limit of the failed-login lines (loginlog.go)
 	// started is the config New was given: what the listeners, TLS and the
 	// lease store keep using until a restart (see config.RestartNeeded).

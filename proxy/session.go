@@ -18,6 +18,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -1066,7 +1067,7 @@ func (s *session) onQuery(n int) error {
 			s.srv.stmts.retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {
-			begins := txCommandOf(q.SQL) == txBegin
+			begins := txcmd.Of(q.SQL) == txcmd.Begin
 			return s.attachFailed(err, true, begins)
 		}
 		// body aliases the read buffer; nothing read the client since.
@@ -1098,7 +1099,7 @@ func (s *session) onQuery(n int) error {
 		s.beforeImplicitCommit(&f)
 	}
 	if err := s.toServer(replyQuery, opPass); err != nil {
-		return s.attachFailed(err, true, txCommandOf([]byte(sql)) == txBegin)
+		return s.attachFailed(err, true, txcmd.Of([]byte(sql)) == txcmd.Begin)
 	}
 	s.q.back().tags = tags
 	s.expectNotifies(&f, nil)

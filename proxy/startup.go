@@ -20,6 +20,7 @@ import (
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
 // Startup packet codes.
@@ -136,7 +137,7 @@ type startupPacket struct {
 	params map[string]string
 	// settings are the parameters to set, in packet order: every key but
 	// user, database, options, replication and _pq_.* protocol options.
-	settings []startupParam
+	settings []startupparam.Param
 }
 
 // readStartup reads the startup packet as PostgreSQL's ProcessStartupPacket
@@ -282,7 +283,7 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 		case name == "database", name == "user", name == "options":
 			pkt.params[name] = val
 		case name == "replication":
-			if _, ok := parseBool(val); !ok && val != "database" {
+			if _, ok := startupparam.ParseBool(val); !ok && val != "database" {
 				return nil, nil, &pgError{Severity: "FATAL", Code: "22023",
 					Message: fmt.Sprintf("invalid value for parameter %q: %q", "replication", val),
 					Hint:    `Valid values are: "false", 0, "true", 1, "database".`}
@@ -292,7 +293,7 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 			unknown = append(unknown, name)
 		default:
 			pkt.params[name] = val
-			pkt.settings = append(pkt.settings, startupParam{name, val})
+			pkt.settings = append(pkt.settings, startupparam.Param{Name: name, Value: val})
 		}
 		off = valOff + len(val) + 1
 	}
@@ -318,7 +319,7 @@ func (p *startupPacket) check() error {
 		}
 	}
 	if v, ok := p.params["replication"]; ok {
-		if on, _ := parseBool(v); on || v == "database" {
+		if on, _ := startupparam.ParseBool(v); on || v == "database" {
 			return &pgError{Severity: "FATAL", Code: "0A000", Message: "lockpool: replication connections are not supported", Hint: "Connect to PostgreSQL directly for replication."}
 		}
 	}
