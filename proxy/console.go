@@ -7,21 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
 )
-
-// consoleDatabase is the virtual database of the admin console: a client
-// that asks for it is an operator, never an application.
-const consoleDatabase = config.ConsoleDatabase
 
 // consoleMaxMessage bounds a console client's message.
 const consoleMaxMessage = 1 << 20
@@ -41,56 +35,6 @@ type console struct {
 	out      clientOut // also written by Shutdown (its FATAL)
 	buf      []byte
 	skipping bool // an extended-protocol message was refused: ignore until Sync
-}
-
-// serveConsole authenticates a client that asked for the database
-// lockpool and, for a user listed in admin_users, answers its commands.
-func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacket) {
-	user := pkt.params["user"]
-	if err := s.consoleLogin(conn, br, user); err != nil {
-		var pe *pgError
-		if errors.As(err, &pe) {
-			pe.Severity = "FATAL"
-			_, _ = conn.Write(appendError(nil, 'E', pe))
-		}
-		s.log.Info("admin console login refused", "user", user, "remote", conn.RemoteAddr().String(), "err", err)
-		return
-	}
-	_ = conn.SetDeadline(time.Time{})
-	c := &console{srv: s, user: user, remote: conn.RemoteAddr().String(), r: br}
-	c.out.conn = conn
-	if !s.addConsole(c) {
-		c.out.end(nil, errShutdown())
-		return
-	}
-	defer s.removeConsole(c)
-	s.log.Info("admin console connected", "user", user, "remote", c.remote)
-	if err := c.out.write(consoleStartup()); err != nil {
-		return
-	}
-	c.run()
-}
-
-// consoleLogin authenticates user against the configured users, as a
-// login to an application does, then requires admin_users to list it.
-func (s *Server) consoleLogin(conn net.Conn, br *bufio.Reader, user string) error {
-	rc := s.rc.Load()
-	cred := rc.creds[user]
-	if _, err := auth.Authenticate(&authConn{c: conn, br: br}, rc.cfg.AuthMethod, user, cred); err != nil {
-		var ae *auth.Error
-		if errors.As(err, &ae) {
-			return &pgError{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
-		}
-		return err
-	}
-	if cred == nil {
-		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
-	}
-	if !rc.cfg.IsAdmin(user) {
-		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: user %q may not use the admin console", user),
-			Hint: "List the user in admin_users to let it connect to the database lockpool."}
-	}
-	return nil
 }
 
 // consoleStartup is the answer to a console login: AuthenticationOk, the
@@ -359,38 +303,4 @@ func versionString() string {
 		out += " " + goVersion
 	}
 	return out
-}
-
-// addConsole records an admin console connection, unless lockpool is
-// shutting down.
-func (s *Server) addConsole(c *console) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining {
-		return false
-	}
-	if s.consoles == nil {
-		s.consoles = make(map[*console]struct{})
-	}
-	s.consoles[c] = struct{}{}
-	return true
-}
-
-func (s *Server) removeConsole(c *console) {
-	s.mu.Lock()
-	delete(s.consoles, c)
-	s.mu.Unlock()
-}
-
-// endConsoles closes every admin console connection with 57P01 (shutdown).
-func (s *Server) endConsoles() {
-	s.mu.Lock()
-	list := make([]*console, 0, len(s.consoles))
-	for c := range s.consoles {
-		list = append(list, c)
-	}
-	s.mu.Unlock()
-	for _, c := range list {
-		c.out.end(nil, errShutdown())
-	}
 }

@@ -124,7 +124,7 @@ type Server struct {
 	loops    []*evloop.Loop
 	nextLoop atomic.Uint32
 
-	consoles map[*console]struct{} // admin console connections (console.go), under mu
+	consoles map[*console]struct{} // admin console connections (consolelogin.go), under mu
 
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 	// signalKey authenticates the signal requests other instances of the
