@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // consoleDatabase is the virtual database of the admin console: a client
@@ -16,8 +17,8 @@ import (
 const consoleDatabase = config.ConsoleDatabase
 
 // serveConsole authenticates a client that asked for the database
-// lockpool and, for a user listed in admin_users, answers its commands
-// (console.go) on this goroutine.
+// lockpool and, for a user listed in admin_users, hands it to the admin
+// console (package console), which answers its commands on this goroutine.
 func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacket) {
 	user := pkt.params["user"]
 	if err := s.consoleLogin(conn, br, user); err != nil {
@@ -30,18 +31,13 @@ func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacke
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	c := &console{srv: s, user: user, remote: conn.RemoteAddr().String(), r: br}
-	c.out.conn = conn
+	c := console.NewConn(s, s.log, conn, br, user)
 	if !s.addConsole(c) {
-		c.out.end(nil, errShutdown())
+		c.End(errShutdown())
 		return
 	}
 	defer s.removeConsole(c)
-	s.log.Info("admin console connected", "user", user, "remote", c.remote)
-	if err := c.out.write(consoleStartup()); err != nil {
-		return
-	}
-	c.run()
+	c.Serve(s.baseCtx)
 }
 
 // consoleLogin authenticates user against the configured users, as a
@@ -68,20 +64,20 @@ func (s *Server) consoleLogin(conn net.Conn, br *bufio.Reader, user string) erro
 
 // addConsole records an admin console connection, unless lockpool is
 // shutting down.
-func (s *Server) addConsole(c *console) bool {
+func (s *Server) addConsole(c *console.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
 		return false
 	}
 	if s.consoles == nil {
-		s.consoles = make(map[*console]struct{})
+		s.consoles = make(map[*console.Conn]struct{})
 	}
 	s.consoles[c] = struct{}{}
 	return true
 }
 
-func (s *Server) removeConsole(c *console) {
+func (s *Server) removeConsole(c *console.Conn) {
 	s.mu.Lock()
 	delete(s.consoles, c)
 	s.mu.Unlock()
@@ -90,12 +86,12 @@ func (s *Server) removeConsole(c *console) {
 // endConsoles closes every admin console connection with 57P01 (shutdown).
 func (s *Server) endConsoles() {
 	s.mu.Lock()
-	list := make([]*console, 0, len(s.consoles))
+	list := make([]*console.Conn, 0, len(s.consoles))
 	for c := range s.consoles {
 		list = append(list, c)
 	}
 	s.mu.Unlock()
 	for _, c := range list {
-		c.out.end(nil, errShutdown())
+		c.End(errShutdown())
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // clientBufSize is the read buffer a session borrows while its client
@@ -124,7 +125,7 @@ type Server struct {
 	loops    []*evloop.Loop
 	nextLoop atomic.Uint32
 
-	consoles map[*console]struct{} // admin console connections (consolelogin.go), under mu
+	consoles map[*console.Conn]struct{} // admin console connections (consolelogin.go), under mu
 
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 	// signalKey authenticates the signal requests other instances of the

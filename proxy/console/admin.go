@@ -1,9 +1,8 @@
-package proxy
+package console
 
 import (
-	"crypto/subtle"
-
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -17,9 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminHandler serves /metrics (from g), /up, /health/ready and
-// /debug/locks.
-func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
+// Handler serves the admin HTTP listener: /metrics (from g, when not
+// nil), /up, /health/ready, /debug/locks, the views as JSON under /debug/
+// (http.go) and /debug/pprof/. Everything under /debug/ requires
+// admin_token when one is set.
+func Handler(src Source, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -31,7 +32,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("/health/ready", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
-		if err := s.health.check(ctx, s); err != nil {
+		if err := src.Ready(ctx); err != nil {
 			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready: PostgreSQL did not answer\n"))
@@ -40,10 +41,10 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("/debug/locks", s.guard(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/debug/locks", guard(src, func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		rep, err := s.lockReport(ctx)
+		rep, err := lockReport(ctx, src)
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -54,11 +55,11 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	}))
-	s.handleViews(mux)
-	mux.HandleFunc("/debug/pprof/", s.guard(pprof.Index))
-	mux.HandleFunc("/debug/pprof/profile", s.guard(pprof.Profile))
-	mux.HandleFunc("/debug/pprof/symbol", s.guard(pprof.Symbol))
-	mux.HandleFunc("/debug/pprof/trace", s.guard(pprof.Trace))
+	handleViews(mux, src)
+	mux.HandleFunc("/debug/pprof/", guard(src, pprof.Index))
+	mux.HandleFunc("/debug/pprof/profile", guard(src, pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", guard(src, pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", guard(src, pprof.Trace))
 	return mux
 }
 
@@ -107,8 +108,8 @@ FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' ORDER BY l.pid`
 
 // lockReport joins pg_locks with lockpool's sessions.
-func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
-	rows, err := s.health.query(ctx, s, lockReportSQL)
+func lockReport(ctx context.Context, src Source) (*LockReport, error) {
+	rows, err := src.AdminQuery(ctx, lockReportSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -117,14 +118,12 @@ func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
 		since               time.Time
 	}
 	byPID := map[uint32]who{}
-	s.mu.Lock()
-	for _, ss := range s.sessions {
-		if v := ss.link.view(); v.attached {
-			byPID[v.backendPID] = who{ss.app.cfg.Name, ss.remote, v.pinReason, v.pinnedSince}
+	for _, c := range src.Clients() {
+		if c.Attached {
+			byPID[c.BackendPID] = who{c.App.Name, c.Remote, c.PinReason, c.PinnedSince}
 		}
 	}
-	s.mu.Unlock()
-	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}, Held: s.locks.Snapshot()}
+	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}, Held: src.HeldLocks()}
 	if rep.Held == nil {
 		rep.Held = []advisory.ClientLocks{}
 	}
@@ -176,9 +175,9 @@ func splitInts(s string) []int {
 }
 
 // guard requires "Authorization: Bearer <admin_token>" when admin_token is set.
-func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
+func guard(src Source, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok := s.rc.Load().cfg.AdminToken
+		tok := src.Config().AdminToken
 		if tok != "" {
 			got := r.Header.Get("Authorization")
 			if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+tok)) != 1 {
