@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/pgtest"
-	"github.com/lockpool/lockpool/proxy"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // TestListenRandomized runs 22 clients (16 pgx ones in this process, 6
@@ -327,7 +327,7 @@ func lrStillOpen(t *testing.T, l *lp, pids []uint32) []lrViolation {
 		t.Errorf("GET /debug/clients = %d %s", code, body)
 		return nil
 	}
-	var rows []proxy.ClientRow
+	var rows []console.ClientRow
 	if err := json.Unmarshal([]byte(body), &rows); err != nil {
 		t.Errorf("GET /debug/clients: %v", err)
 		return nil

@@ -23,7 +23,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
-	"github.com/lockpool/lockpool/proxy"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // pg_terminate_backend and pg_cancel_backend of a client's key pid. Every
@@ -96,9 +96,9 @@ GRANT ALL ON signal_rows TO PUBLIC`); err != nil {
 			}
 			return pid
 		}}
-	clients := func() []proxy.ClientRow {
+	clients := func() []console.ClientRow {
 		code, body := l.get("/debug/clients")
-		var rows []proxy.ClientRow
+		var rows []console.ClientRow
 		if code != 200 || json.Unmarshal([]byte(body), &rows) != nil {
 			t.Fatalf("GET /debug/clients = %d %s", code, body)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
-	"github.com/lockpool/lockpool/proxy"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // TestSessionStateDifferential runs twelve clients' seeded random scripts of
@@ -942,9 +942,9 @@ func runSessionClients(ctx context.Context, t *testing.T, dsn string, clients []
 // server connection) and its state before that statement on the direct
 // run (transaction status, what pins).
 func logSessionStall(t *testing.T, l *lp, clients []sessionClient, direct [][]sessionRecord, st sessionStall) {
-	rows := map[uint32]proxy.ClientRow{}
+	rows := map[uint32]console.ClientRow{}
 	if code, body := l.get("/debug/clients"); code == 200 {
-		var rs []proxy.ClientRow
+		var rs []console.ClientRow
 		if err := json.Unmarshal([]byte(body), &rs); err == nil {
 			for _, r := range rs {
 				rows[r.ID] = r

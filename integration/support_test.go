@@ -18,6 +18,7 @@ import (
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/testenv"
 	"github.com/lockpool/lockpool/proxy"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // appPassword is the password of every test role ([testenv.Password]).
@@ -177,7 +178,7 @@ func clientWaiting(t testing.TB, l *lp, pid uint32) {
 		if code != 200 {
 			t.Fatalf("GET /debug/clients = %d %s", code, body)
 		}
-		var rows []proxy.ClientRow
+		var rows []console.ClientRow
 		if err := json.Unmarshal([]byte(body), &rows); err != nil {
 			t.Fatalf("GET /debug/clients: %v\n%s", err, body)
 		}

@@ -44,14 +44,16 @@
 // relaying notifications and noticing the server's death.
 //
 // A client that asks for the database lockpool is no session: it is an
-// admin console (console.go), served on its connection's goroutine after
-// the same authentication, for users listed in admin_users. It takes no
-// server connection; its views (console_views.go: one function per view,
-// shown by SHOW … and as JSON under /debug/ by console_http.go) read the
-// sessions under the server's lock and each link under the link's lock,
-// and the pool, lease store and traffic counters (appstats.go: atomic
-// counters the sessions add to) through their own locks. KILL_CLIENT
-// ends a session as shutdown does (session.kill).
+// admin console (package proxy/console), served on its connection's
+// goroutine after the same authentication (consolelogin.go), for users
+// listed in admin_users; Shutdown ends the open consoles with 57P01. It
+// takes no server connection. Its views, shown by SHOW … and as JSON under
+// /debug/ (AdminHandler), read what the Server hands out as a
+// console.Source (consolesource.go): the sessions, listed under the
+// server's lock with each link read under the link's lock, and the pool,
+// lease store and traffic counters (appstats.go: atomic counters the
+// sessions add to) through their own locks. KILL_CLIENT ends a session as
+// shutdown does (Server.KillClient: session.kill).
 //
 // Shutdown stops accepting, lets running transactions finish and closes
 // idle clients with 57P01. Handoff (handoff.go) is the shutdown of a

@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -182,14 +185,9 @@ func TestReloadAgreesWithTable(t *testing.T) {
 				return // SHOW CONFIG does not list users and applications
 			}
 			var row *config.Setting
-			for _, v := range srv.adminViews() {
-				if v.name == "CONFIG" {
-					rows, _ := v.rows(context.Background())
-					for _, r := range rows.([]config.Setting) {
-						if r.Key == k.Path {
-							row = &r
-						}
-					}
+			for _, r := range showConfig(t, srv) {
+				if r.Key == k.Path {
+					row = &r
 				}
 			}
 			if row == nil {
@@ -209,6 +207,26 @@ func TestReloadAgreesWithTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// showConfig returns SHOW CONFIG's rows, as the admin HTTP listener
+// serves them (/debug/config).
+func showConfig(t *testing.T, srv *Server) []config.Setting {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/debug/config", nil)
+	if tok := srv.Config().AdminToken; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	rec := httptest.NewRecorder()
+	srv.AdminHandler(nil).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/debug/config: %d %s", rec.Code, rec.Body)
+	}
+	var rows []config.Setting
+	if err := json.Unmarshal(rec.Body.Bytes(), &rows); err != nil {
+		t.Fatalf("/debug/config: %v", err)
+	}
+	return rows
 }
 
 // TestReloadCallsOnReload: the console's RELOAD and SIGHUP both go through

@@ -27,6 +27,7 @@ import (
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/console"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
@@ -125,7 +126,7 @@ type Server struct {
 	loops    []*evloop.Loop
 	nextLoop atomic.Uint32
 
-	consoles map[*console]struct{} // admin console connections (console.go), under mu
+	consoles map[*console.Conn]struct{} // admin console connections (consolelogin.go), under mu
 
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 	// signalKey authenticates the signal requests other instances of the

@@ -75,7 +75,7 @@ func (s *Server) handleConn(nc net.Conn) {
 		return
 	}
 	if pkt.params["database"] == consoleDatabase {
-		s.serveConsole(conn, br, pkt) // the admin console, on this goroutine (console.go)
+		s.serveConsole(conn, br, pkt) // the admin console, on this goroutine (consolelogin.go)
 		return
 	}
 	ss, err := s.login(conn, br, pkt)

@@ -1,4 +1,4 @@
-package proxy
+package console
 
 import "math"
 
@@ -23,13 +23,14 @@ type ClusterRow struct {
 
 // clusterRows gathers SHOW CLUSTER from the coordinator's last tick (no
 // rows without a cluster).
-func (s *Server) clusterRows() []ClusterRow {
+func clusterRows(src Source) []ClusterRow {
 	out := []ClusterRow{}
-	if s.cluster == nil {
+	co := src.Cluster()
+	if co == nil {
 		return out
 	}
-	v := s.cluster.Snapshot()
-	name := s.started.Cluster.Name
+	v := co.Snapshot()
+	name := src.StartedConfig().Cluster.Name
 	for _, in := range v.Instances {
 		base := ClusterRow{Cluster: name, Instance: in.Instance, Number: in.Number, Address: in.Address, Self: in.Self, Live: in.Live,
 			HeartbeatAge: math.Round(in.HeartbeatAge.Seconds()*1000) / 1000}

@@ -1,116 +1,44 @@
-package proxy
+package console
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/lockpool/lockpool/lease"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/pgerr"
 )
 
 // The admin views: one function gathers each, and the admin console (SHOW
 // …) and the admin HTTP listener (/debug/…) both show what it returns. A
 // row type's json tags are the column names in both.
 
-// adminView is one SHOW command and its /debug path.
-type adminView struct {
+// view is one SHOW command and its /debug path.
+type view struct {
 	name string // SHOW <NAME> (upper case) and /debug/<name> (lower case)
 	rows func(ctx context.Context) (any, error)
 }
 
-// adminViews lists the views in the order the console's help names them.
+// views lists the views in the order the console's help names them.
 // SHOW LOCKS is served as /debug/locks by the existing handler, in its own
 // nested form.
-func (s *Server) adminViews() []adminView {
-	return []adminView{
-		{"POOLS", func(context.Context) (any, error) { return s.poolRows(), nil }},
-		{"APPLICATIONS", func(context.Context) (any, error) { return s.applicationRows(), nil }},
-		{"CLIENTS", func(context.Context) (any, error) { return s.clientRows(), nil }},
-		{"SERVERS", func(context.Context) (any, error) { return s.serverRows(), nil }},
-		{"PINS", func(ctx context.Context) (any, error) { return s.pinRows(ctx), nil }},
-		{"LOCKS", func(ctx context.Context) (any, error) { return s.lockRows(ctx) }},
-		{"LEASES", func(context.Context) (any, error) { return s.leaseRows(), nil }},
-		{"LISTENERS", func(context.Context) (any, error) { return s.listenerRows(), nil }},
-		{"STATS", func(context.Context) (any, error) { return s.statsRows(), nil }},
-		{"CLUSTER", func(context.Context) (any, error) { return s.clusterRows(), nil }},
-		{"CONFIG", func(context.Context) (any, error) { return s.Config().SettingsInForce(s.started), nil }},
+func views(src Source) []view {
+	return []view{
+		{"POOLS", func(context.Context) (any, error) { return poolRows(src), nil }},
+		{"APPLICATIONS", func(context.Context) (any, error) { return applicationRows(src), nil }},
+		{"CLIENTS", func(context.Context) (any, error) { return clientRows(src), nil }},
+		{"SERVERS", func(context.Context) (any, error) { return serverRows(src), nil }},
+		{"PINS", func(ctx context.Context) (any, error) { return pinRows(ctx, src), nil }},
+		{"LOCKS", func(ctx context.Context) (any, error) { return lockRows(ctx, src) }},
+		{"LEASES", func(context.Context) (any, error) { return leaseRows(src), nil }},
+		{"LISTENERS", func(context.Context) (any, error) { return listenerRows(src), nil }},
+		{"STATS", func(context.Context) (any, error) { return statsRows(src), nil }},
+		{"CLUSTER", func(context.Context) (any, error) { return clusterRows(src), nil }},
+		{"CONFIG", func(context.Context) (any, error) { return src.Config().SettingsInForce(src.StartedConfig()), nil }},
 		{"VERSION", func(context.Context) (any, error) { return []VersionRow{{Version: versionString()}}, nil }},
 	}
-}
-
-// clientSnapshot is one logged-in client as the views see it.
-type clientSnapshot struct {
-	id                     uint32
-	app                    *appState
-	user, database, remote string
-	connected              time.Time
-	tls                    bool
-	link                   linkAdmin
-	clientAddr             string
-	clientPort             int
-	state                  string // active (holds a server connection), waiting (in lockpool) or idle
-}
-
-// linkAdmin is the part of a session's server link the views show.
-type linkAdmin struct {
-	waiting       bool
-	attached      bool
-	backendPID    uint32
-	serverDB      string
-	serverUser    string
-	serverCreated time.Time
-	pinned        bool
-	pinReason     string
-	pinnedSince   time.Time
-}
-
-// adminView reads the link under its lock.
-func (l *serverLink) adminView() linkAdmin {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	v := linkAdmin{waiting: l.waiting, pinned: l.pinned, pinReason: l.pinReason, pinnedSince: l.pinnedSince}
-	if l.sc != nil {
-		v.attached, v.backendPID, v.serverDB, v.serverUser, v.serverCreated = true, l.sc.PID, l.sc.Database, l.sc.User, l.sc.Created()
-	}
-	return v
-}
-
-// clients returns every logged-in client, by id.
-func (s *Server) clients() []clientSnapshot {
-	s.mu.Lock()
-	list := make([]*session, 0, len(s.sessions))
-	for _, ss := range s.sessions {
-		list = append(list, ss)
-	}
-	s.mu.Unlock()
-	out := make([]clientSnapshot, 0, len(list))
-	for _, ss := range list {
-		c := clientSnapshot{id: ss.pid, app: ss.app, user: ss.user, database: ss.database, remote: ss.remote,
-			connected: time.Unix(0, ss.connected), link: ss.link.adminView()}
-		_, c.tls = ss.conn.(*tls.Conn)
-		host, port, err := net.SplitHostPort(ss.remote)
-		if err != nil {
-			host = ss.remote
-		}
-		c.clientAddr = host
-		c.clientPort, _ = strconv.Atoi(port)
-		switch {
-		case c.link.attached:
-			c.state = "active"
-		case c.link.waiting:
-			c.state = "waiting"
-		default:
-			c.state = "idle"
-		}
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out
 }
 
 // PoolRow is one line of SHOW POOLS and /debug/pools: an application's
@@ -134,25 +62,26 @@ type PoolRow struct {
 // poolRows gathers SHOW POOLS: a row per application and database that has
 // clients, idle server connections or waiters, and one per application
 // with none of them (its configured database, or "*" for any).
-func (s *Server) poolRows() []PoolRow {
-	rc := s.rc.Load()
+func poolRows(src Source) []PoolRow {
+	apps := src.Applications()
+	pm := src.Pool()
 	type key struct{ app, db string }
 	rows := map[key]*PoolRow{}
-	row := func(a *appState, db string) *PoolRow {
-		k := key{a.cfg.Name, db}
+	row := func(a *config.Application, db string) *PoolRow {
+		k := key{a.Name, db}
 		r := rows[k]
 		if r == nil {
-			r = &PoolRow{Database: db, User: a.cfg.User, Application: a.cfg.Name, PoolMode: a.cfg.PoolMode, Paused: s.pool.Paused(a.cfg.Name)}
+			r = &PoolRow{Database: db, User: a.User, Application: a.Name, PoolMode: a.PoolMode, Paused: pm.Paused(a.Name)}
 			rows[k] = r
 		}
 		return r
 	}
-	for _, c := range s.clients() {
-		r := row(c.app, c.database)
-		switch c.state {
+	for _, c := range src.Clients() {
+		r := row(&c.App, c.Database)
+		switch c.State {
 		case "active":
 			r.ClActive++
-			if c.link.pinned {
+			if c.Pinned {
 				r.SvPinned++
 			} else {
 				r.SvActive++
@@ -163,10 +92,10 @@ func (s *Server) poolRows() []PoolRow {
 			r.ClIdle++
 		}
 	}
-	for _, a := range rc.cfg.Applications {
-		as := rc.apps[a.Name]
-		for _, d := range s.pool.DatabaseStats(a.Name) {
-			r := row(as, d.Database)
+	for i := range apps {
+		a := &apps[i].Config
+		for _, d := range pm.DatabaseStats(a.Name) {
+			r := row(a, d.Database)
 			r.SvIdle = d.Idle
 			r.MaxWait = int64(d.MaxWait / time.Second)
 			r.MaxWaitUs = int64(d.MaxWait%time.Second) / 1000
@@ -180,7 +109,7 @@ func (s *Server) poolRows() []PoolRow {
 			if db == "" {
 				db = "*"
 			}
-			row(as, db)
+			row(a, db)
 		}
 	}
 	out := make([]PoolRow, 0, len(rows))
@@ -220,19 +149,18 @@ type ApplicationRow struct {
 }
 
 // applicationRows gathers SHOW APPLICATIONS, in configuration order.
-func (s *Server) applicationRows() []ApplicationRow {
-	rc := s.rc.Load()
-	out := make([]ApplicationRow, 0, len(rc.cfg.Applications))
-	for _, a := range rc.cfg.Applications {
-		st := s.pool.Stats(a.Name)
+func applicationRows(src Source) []ApplicationRow {
+	apps := src.Applications()
+	pm := src.Pool()
+	out := make([]ApplicationRow, 0, len(apps))
+	for _, as := range apps {
+		a := as.Config
+		st := pm.Stats(a.Name)
 		r := ApplicationRow{Application: a.Name, User: a.User, Database: a.Database, PoolMode: a.PoolMode,
 			MaxConnections: a.MaxConnections, Open: st.Open, InUse: st.InUse, Idle: st.Idle, Pinned: st.Pinned,
 			MaxPinned: a.MaxPinned, Waiting: st.Waiting, PinWaiting: st.PinWaiting, MaxClients: a.MaxClients,
 			AdvisoryLocks: a.AdvisoryLocks, SessionState: a.SessionState, WaitTimeout: a.WaitTimeout.String(),
-			MaxPreparedStatements: a.MaxPreparedStatements, Paused: s.pool.Paused(a.Name)}
-		if as := rc.apps[a.Name]; as != nil {
-			r.Clients = as.clientCount.Load()
-		}
+			MaxPreparedStatements: a.MaxPreparedStatements, Paused: pm.Paused(a.Name), Clients: as.Clients}
 		out = append(out, r)
 	}
 	return out
@@ -255,15 +183,15 @@ type ClientRow struct {
 }
 
 // clientRows gathers SHOW CLIENTS, by id.
-func (s *Server) clientRows() []ClientRow {
-	cs := s.clients()
+func clientRows(src Source) []ClientRow {
+	cs := src.Clients()
 	out := make([]ClientRow, 0, len(cs))
 	for _, c := range cs {
-		r := ClientRow{ID: c.id, User: c.user, Database: c.database, Application: c.app.cfg.Name, State: c.state,
-			Addr: c.clientAddr, Port: c.clientPort, ConnectTime: c.connected, TLS: c.tls,
-			Pinned: c.link.pinned, PinReason: c.link.pinReason}
-		if c.link.attached {
-			pid := c.link.backendPID
+		r := ClientRow{ID: c.ID, User: c.User, Database: c.Database, Application: c.App.Name, State: c.State,
+			Addr: c.Addr, Port: c.Port, ConnectTime: c.Connected, TLS: c.TLS,
+			Pinned: c.Pinned, PinReason: c.PinReason}
+		if c.Attached {
+			pid := c.BackendPID
 			r.BackendPID = &pid
 		}
 		out = append(out, r)
@@ -289,26 +217,26 @@ type ServerRow struct {
 // serverRows gathers SHOW SERVERS: the connections clients hold (active or
 // pinned), then the idle ones. Connections being dialed, checked or closed
 // are not listed.
-func (s *Server) serverRows() []ServerRow {
+func serverRows(src Source) []ServerRow {
 	var out []ServerRow
-	for _, c := range s.clients() {
-		if !c.link.attached {
+	for _, c := range src.Clients() {
+		if !c.Attached {
 			continue
 		}
-		id := c.id
+		id := c.ID
 		st := "active"
-		if c.link.pinned {
+		if c.Pinned {
 			st = "pinned"
 		}
-		out = append(out, ServerRow{RemotePID: c.link.backendPID, Application: c.app.cfg.Name, User: c.link.serverUser,
-			Database: c.link.serverDB, State: st, ClientID: &id, ClientAddr: c.remote, ConnectTime: c.link.serverCreated})
+		out = append(out, ServerRow{RemotePID: c.BackendPID, Application: c.App.Name, User: c.ServerUser,
+			Database: c.ServerDatabase, State: st, ClientID: &id, ClientAddr: c.Remote, ConnectTime: c.ServerCreated})
 	}
-	for _, ic := range s.pool.IdleConns() {
+	for _, ic := range src.Pool().IdleConns() {
 		since := ic.IdleSince
 		out = append(out, ServerRow{RemotePID: ic.PID, Application: ic.App, User: ic.User, Database: ic.Database,
 			State: "idle", ClientAddr: ic.LastClient, ConnectTime: ic.Created, IdleSince: &since})
 	}
-	for _, l := range s.hub.Servers() {
+	for _, l := range src.ListenHub().Servers() {
 		out = append(out, ServerRow{RemotePID: l.PID, Application: "lockpool listener", Database: l.Database,
 			State: "listener " + l.State, ConnectTime: l.Since})
 	}
@@ -325,9 +253,9 @@ type ListenerRow struct {
 }
 
 // listenerRows gathers SHOW LISTENERS.
-func (s *Server) listenerRows() []ListenerRow {
+func listenerRows(src Source) []ListenerRow {
 	out := []ListenerRow{}
-	for _, c := range s.hub.Channels() {
+	for _, c := range src.ListenHub().Channels() {
 		out = append(out, ListenerRow{Database: c.Database, Channel: c.Channel, Clients: c.Clients})
 	}
 	return out
@@ -350,20 +278,20 @@ type PinRow struct {
 
 // pinRows gathers SHOW PINS; keys are the advisory locks each pinned
 // backend holds (from pg_locks; empty when PostgreSQL does not answer).
-func (s *Server) pinRows(ctx context.Context) []PinRow {
+func pinRows(ctx context.Context, src Source) []PinRow {
 	out := []PinRow{}
-	for _, c := range s.clients() {
-		if !c.link.attached || !c.link.pinned {
+	for _, c := range src.Clients() {
+		if !c.Attached || !c.Pinned {
 			continue
 		}
-		out = append(out, PinRow{ClientID: c.id, Client: c.remote, Application: c.app.cfg.Name, User: c.user, Database: c.database,
-			Reason: c.link.pinReason, Since: c.link.pinnedSince, PinnedSeconds: time.Since(c.link.pinnedSince).Seconds(),
-			BackendPID: c.link.backendPID, Keys: []string{}})
+		out = append(out, PinRow{ClientID: c.ID, Client: c.Remote, Application: c.App.Name, User: c.User, Database: c.Database,
+			Reason: c.PinReason, Since: c.PinnedSince, PinnedSeconds: time.Since(c.PinnedSince).Seconds(),
+			BackendPID: c.BackendPID, Keys: []string{}})
 	}
 	if len(out) == 0 {
 		return out
 	}
-	rep, err := s.lockReport(ctx)
+	rep, err := lockReport(ctx, src)
 	if err != nil {
 		return out
 	}
@@ -396,10 +324,10 @@ type LockRow struct {
 }
 
 // lockRows flattens the /debug/locks report.
-func (s *Server) lockRows(ctx context.Context) ([]LockRow, error) {
-	rep, err := s.lockReport(ctx)
+func lockRows(ctx context.Context, src Source) ([]LockRow, error) {
+	rep, err := lockReport(ctx, src)
 	if err != nil {
-		return nil, &pgError{Code: "08006", Message: "lockpool: cannot query pg_locks: " + err.Error(), Hint: "Check that PostgreSQL is reachable."}
+		return nil, &pgerr.Error{Code: "08006", Message: "lockpool: cannot query pg_locks: " + err.Error(), Hint: "Check that PostgreSQL is reachable."}
 	}
 	out := []LockRow{}
 	for _, h := range rep.Holders {
@@ -433,33 +361,26 @@ type LeaseHeldRow struct {
 	TTLSeconds  float64 `json:"ttl_seconds"`
 }
 
-// heldLister is a lease store that can list its held leases (lockpool's
-// own; a store given in Options may not).
-type heldLister interface{ Held() []lease.HeldLease }
-
 // leaseRows gathers SHOW LEASES from memory.
-func (s *Server) leaseRows() []LeaseHeldRow {
+func leaseRows(src Source) []LeaseHeldRow {
 	out := []LeaseHeldRow{}
-	hl, ok := s.leases.(heldLister)
-	if !ok {
+	held := src.HeldLeases()
+	if held == nil {
 		return out
 	}
-	byID := map[uint32]clientSnapshot{}
-	for _, c := range s.clients() {
-		byID[c.id] = c
+	byID := map[uint32]Client{}
+	for _, c := range src.Clients() {
+		byID[c.ID] = c
 	}
-	for _, h := range hl.Held() {
+	for _, h := range held {
 		r := LeaseHeldRow{Name: h.Name, Database: h.Database, Token: h.Token, Holder: h.Holder, ClientID: uint32(h.SessionID), TTLSeconds: h.TTL.Seconds()}
 		if c, ok := byID[r.ClientID]; ok {
-			r.Application, r.User = c.app.cfg.Name, c.user
+			r.Application, r.User = c.App.Name, c.User
 		}
 		out = append(out, r)
 	}
 	return out
 }
-
-// Held lists the leases of lockpool's own store.
-func (a leaseAdapter) Held() []lease.HeldLease { return a.st.Held() }
 
 // StatsRow is one line of SHOW STATS and /debug/stats: an application's
 // traffic since lockpool started (or the application was added).
@@ -480,23 +401,20 @@ type StatsRow struct {
 }
 
 // statsRows gathers SHOW STATS, in configuration order.
-func (s *Server) statsRows() []StatsRow {
-	rc := s.rc.Load()
-	out := make([]StatsRow, 0, len(rc.cfg.Applications))
-	for _, a := range rc.cfg.Applications {
-		as := rc.apps[a.Name]
-		if as == nil {
-			continue
-		}
-		st := as.stats
-		r := StatsRow{Application: a.Name, TotalXactCount: st.xacts.Load(), TotalQueryCount: st.queries.Load(),
-			TotalReceived: st.received.Load(), TotalSent: st.sent.Load(), StatsSince: st.since}
-		n, waited := s.pool.WaitTotals(a.Name)
+func statsRows(src Source) []StatsRow {
+	apps := src.Applications()
+	pm := src.Pool()
+	out := make([]StatsRow, 0, len(apps))
+	for _, a := range apps {
+		st := a.Traffic
+		r := StatsRow{Application: a.Config.Name, TotalXactCount: st.Xacts, TotalQueryCount: st.Queries,
+			TotalReceived: st.Received, TotalSent: st.Sent, StatsSince: st.Since}
+		n, waited := pm.WaitTotals(a.Config.Name)
 		r.TotalServerAssignment, r.TotalWaitTime = n, waited.Microseconds()
 		if n > 0 {
 			r.AvgWaitTime = r.TotalWaitTime / n
 		}
-		if secs := time.Since(st.since).Seconds(); secs > 0 {
+		if secs := time.Since(st.Since).Seconds(); secs > 0 {
 			r.AvgXactCount = float64(r.TotalXactCount) / secs
 			r.AvgQueryCount = float64(r.TotalQueryCount) / secs
 			r.AvgRecv = float64(r.TotalReceived) / secs
@@ -513,9 +431,9 @@ type VersionRow struct {
 }
 
 // viewNames lists the SHOW commands, for help and errors.
-func (s *Server) viewNames() string {
+func viewNames(src Source) string {
 	var b strings.Builder
-	for i, v := range s.adminViews() {
+	for i, v := range views(src) {
 		if i > 0 {
 			b.WriteString(", ")
 		}

@@ -1,29 +1,26 @@
-package proxy
+package console
 
 import (
-	"crypto/subtle"
-	"strings"
-
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/lockpool/lockpool/advisory"
-	"github.com/lockpool/lockpool/config"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminHandler serves /metrics (from g), /up, /health/ready and
-// /debug/locks.
-func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
+// Handler serves the admin HTTP listener: /metrics (from g, when not
+// nil), /up, /health/ready, /debug/locks, the views as JSON under /debug/
+// (http.go) and /debug/pprof/. Everything under /debug/ requires
+// admin_token when one is set.
+func Handler(src Source, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -35,7 +32,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("/health/ready", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
-		if err := s.health.check(ctx, s); err != nil {
+		if err := src.Ready(ctx); err != nil {
 			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready: PostgreSQL did not answer\n"))
@@ -44,10 +41,10 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("/debug/locks", s.guard(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/debug/locks", guard(src, func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		rep, err := s.lockReport(ctx)
+		rep, err := lockReport(ctx, src)
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -58,117 +55,12 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
 	}))
-	s.handleViews(mux)
-	mux.HandleFunc("/debug/pprof/", s.guard(pprof.Index))
-	mux.HandleFunc("/debug/pprof/profile", s.guard(pprof.Profile))
-	mux.HandleFunc("/debug/pprof/symbol", s.guard(pprof.Symbol))
-	mux.HandleFunc("/debug/pprof/trace", s.guard(pprof.Trace))
+	handleViews(mux, src)
+	mux.HandleFunc("/debug/pprof/", guard(src, pprof.Index))
+	mux.HandleFunc("/debug/pprof/profile", guard(src, pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", guard(src, pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", guard(src, pprof.Trace))
 	return mux
-}
-
-// healthProbe keeps lockpool's own connection for /health/ready and the
-// leak sweep: never an application's pool.
-type healthProbe struct {
-	mu   sync.Mutex
-	conn *pgconn.PgConn
-}
-
-// adminConn returns the probe connection, dialing it when needed. The
-// caller holds h.mu.
-func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn, error) {
-	if h.conn != nil && !h.conn.IsClosed() {
-		return h.conn, nil
-	}
-	cfg := s.rc.Load().cfg
-	if len(cfg.Applications) == 0 {
-		return nil, context.Canceled
-	}
-	// lockpool's own login: the first application user with a plaintext
-	// password, else the auth_query role.
-	user, pw, db := cfg.Applications[0].User, "", cfg.Applications[0].Database
-	found := false
-	for _, a := range cfg.Applications {
-		if u, ok := cfg.UserByName(a.User); ok && u.Password != "" && !strings.HasPrefix(u.Password, "SCRAM-SHA-256$") {
-			user, pw, db, found = a.User, u.Password, a.Database, true
-			break
-		}
-	}
-	if !found && cfg.AuthQuery != nil {
-		user, pw, db = cfg.AuthQuery.User, cfg.AuthQuery.Password, cfg.AuthQuery.Database
-	}
-	if db == "" {
-		db = user
-	}
-	pc, err := pgconn.ParseConfig(serverTLSConnString(cfg))
-	if err != nil {
-		return nil, err
-	}
-	pc.Host = cfg.Server.Host
-	pc.Port = uint16(cfg.Server.Port)
-	pc.User = user
-	pc.Password = pw
-	pc.Database = db
-	pc.ConnectTimeout = time.Second
-	pc.RuntimeParams = map[string]string{"application_name": "lockpool-admin"}
-	c, err := pgconn.ConnectConfig(ctx, pc)
-	if ctx.Err() == nil {
-		s.pool.ServerReached("lockpool", err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	h.conn = c
-	return c, nil
-}
-
-func (h *healthProbe) check(ctx context.Context, s *Server) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c, err := h.adminConn(ctx, s)
-	if err != nil {
-		return err
-	}
-	_, err = c.Exec(ctx, "SELECT 1").ReadAll()
-	if err != nil {
-		_ = c.Close(context.Background())
-		h.conn = nil
-	}
-	return err
-}
-
-// query runs sql on the admin connection and returns its text rows.
-func (h *healthProbe) query(ctx context.Context, s *Server, sql string) ([][]string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c, err := h.adminConn(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	res := c.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
-	if res.Err != nil {
-		if c.IsClosed() {
-			h.conn = nil
-		}
-		return nil, res.Err
-	}
-	out := make([][]string, 0, len(res.Rows))
-	for _, r := range res.Rows {
-		row := make([]string, len(r))
-		for i, v := range r {
-			row[i] = string(v)
-		}
-		out = append(out, row)
-	}
-	return out, nil
-}
-
-func (h *healthProbe) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conn != nil {
-		_ = h.conn.Close(context.Background())
-		h.conn = nil
-	}
 }
 
 // LockHolder is one session holding advisory locks through lockpool.
@@ -216,8 +108,8 @@ FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' ORDER BY l.pid`
 
 // lockReport joins pg_locks with lockpool's sessions.
-func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
-	rows, err := s.health.query(ctx, s, lockReportSQL)
+func lockReport(ctx context.Context, src Source) (*LockReport, error) {
+	rows, err := src.AdminQuery(ctx, lockReportSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -226,14 +118,12 @@ func (s *Server) lockReport(ctx context.Context) (*LockReport, error) {
 		since               time.Time
 	}
 	byPID := map[uint32]who{}
-	s.mu.Lock()
-	for _, ss := range s.sessions {
-		if v := ss.link.view(); v.attached {
-			byPID[v.backendPID] = who{ss.app.cfg.Name, ss.remote, v.pinReason, v.pinnedSince}
+	for _, c := range src.Clients() {
+		if c.Attached {
+			byPID[c.BackendPID] = who{c.App.Name, c.Remote, c.PinReason, c.PinnedSince}
 		}
 	}
-	s.mu.Unlock()
-	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}, Held: s.locks.Snapshot()}
+	rep := &LockReport{Holders: []LockHolder{}, Waiters: []LockWaiter{}, Held: src.HeldLocks()}
 	if rep.Held == nil {
 		rep.Held = []advisory.ClientLocks{}
 	}
@@ -285,9 +175,9 @@ func splitInts(s string) []int {
 }
 
 // guard requires "Authorization: Bearer <admin_token>" when admin_token is set.
-func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
+func guard(src Source, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok := s.rc.Load().cfg.AdminToken
+		tok := src.Config().AdminToken
 		if tok != "" {
 			got := r.Header.Get("Authorization")
 			if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+tok)) != 1 {
@@ -298,20 +188,4 @@ func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-// serverTLSConnString is the sslmode part of a connection string for
-// lockpool's own connections (health probe, leases), from server.tls.
-func serverTLSConnString(cfg *config.Config) string {
-	mode := cfg.Server.TLS
-	switch mode {
-	case "prefer", "require", "verify-full":
-	default:
-		mode = "disable"
-	}
-	cs := "sslmode=" + mode
-	if cfg.Server.CAFile != "" {
-		cs += " sslrootcert='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(cfg.Server.CAFile) + "'"
-	}
-	return cs
 }

@@ -1,4 +1,4 @@
-package proxy
+package console
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 // handleViews serves every admin view but SHOW LOCKS (which is
 // /debug/locks) as JSON under /debug/<name> (SHOW LISTENERS as
 // /debug/listen), behind admin_token like the rest of /debug.
-func (s *Server) handleViews(mux *http.ServeMux) {
-	for _, v := range s.adminViews() {
+func handleViews(mux *http.ServeMux, src Source) {
+	for _, v := range views(src) {
 		if v.name == "LOCKS" {
 			continue
 		}
@@ -19,8 +19,8 @@ func (s *Server) handleViews(mux *http.ServeMux) {
 		if v.name == "LISTENERS" {
 			path = "/debug/listen"
 		}
-		mux.HandleFunc(path, s.guard(func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), consoleQueryTimeout)
+		mux.HandleFunc(path, guard(src, func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 			defer cancel()
 			rows, err := v.rows(ctx)
 			w.Header().Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package proxy
+package console
 
 import (
 	"reflect"
@@ -9,7 +9,14 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 )
 
-var timeType = reflect.TypeFor[time.Time]()
+// Type OIDs of the views' columns.
+const (
+	oidBool        = 16
+	oidInt8        = 20
+	oidText        = 25
+	oidFloat8      = 701
+	oidTimestamptz = 1184
+)
 
 // consoleFields returns the RowDescription of a view's row type: a column
 // per field, named by its json tag, typed by its Go type (strings and
@@ -30,7 +37,7 @@ func consoleFields(t reflect.Type) ([]wire.Field, []int) {
 		}
 		oid, size := uint32(oidText), int16(-1)
 		switch {
-		case ft == timeType:
+		case ft == reflect.TypeFor[time.Time]():
 			oid, size = oidTimestamptz, 8
 		case ft.Kind() == reflect.Bool:
 			oid, size = oidBool, 1
@@ -79,7 +86,7 @@ func appendCell(dst []byte, v reflect.Value) (_ []byte, null bool) {
 		}
 		v = v.Elem()
 	}
-	if v.Type() == timeType {
+	if v.Type() == reflect.TypeFor[time.Time]() {
 		t := v.Interface().(time.Time)
 		if t.IsZero() {
 			return dst, true

@@ -1,4 +1,4 @@
-package proxy
+package console
 
 import (
 	"encoding/binary"
