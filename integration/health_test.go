@@ -41,7 +41,7 @@ func TestHealthReadyAcrossPostgresRestart(t *testing.T) {
 	// A client connected before the restart, with an idle server connection
 	// in the pool.
 	old := l.connect(t, "app", "appdb")
-	if _, err := old.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int)", tbl)); err != nil {
+	if _, err := old.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s; CREATE TABLE %s (id int)", tbl, tbl)); err != nil {
 		t.Fatal(err)
 	}
 	// Another one that stays quiet while PostgreSQL is down.
