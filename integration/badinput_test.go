@@ -40,7 +40,14 @@ func TestBadInputNoGoroutineLeak(t *testing.T) {
 		}
 		_ = c.Close(ctx)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// clientsGone waits until lockpool has ended every client's session.
+	clientsGone := func(what string) {
+		t.Helper()
+		eventually(t, 5*time.Second, "lockpool to end the sessions of "+what, func() bool {
+			return l.metric("lockpool_client_connections", nil) == 0
+		})
+	}
+	clientsGone("the warm-up clients")
 	base := goleak.IgnoreCurrent()
 	noLeak := func(what string) {
 		t.Helper()
@@ -178,7 +185,7 @@ func TestBadInputNoGoroutineLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = c.Close(ctx)
-		time.Sleep(100 * time.Millisecond)
+		clientsGone("the clients that sent random bytes")
 		noLeak("random bytes after login")
 	})
 }

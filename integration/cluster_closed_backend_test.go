@@ -54,13 +54,33 @@ func TestClusterSlotOutlivesClosedBackend(t *testing.T) {
 		n, _ := clusterSlots(ctx, su, role, busyID)
 		return n == clusterBudget-1
 	})
-	// Ten heartbeats later the recorded backend still holds its slot.
-	for end := time.Now().Add(10 * 100 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) { // polling the cluster tables: no signal
+	// Ten heartbeats of each instance later (each heartbeat_at is a round
+	// of its coordinator) the recorded backend still holds its slot.
+	beats := map[string]int{}
+	last := map[string]time.Time{}
+	deadline := time.Now().Add(15 * time.Second)
+	for beats[idleID] < 10 || beats[busyID] < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 15s waiting for ten heartbeats of each instance (%v)", beats)
+		}
 		n, _ := clusterSlots(ctx, su, role, idleID)
 		m, _ := clusterSlots(ctx, su, role, busyID)
 		if n < 1 || m > clusterBudget-1 {
 			t.Fatalf("with the recorded backend %d alive, the idle instance holds %d slots and the busy one %d (budget %d)", pid, n, m, clusterBudget)
 		}
+		for _, id := range []string{idleID, busyID} {
+			var at time.Time
+			if err := su.QueryRow(ctx, fmt.Sprintf("SELECT heartbeat_at FROM %s.cluster_instances WHERE instance = $1", role), id).Scan(&at); err != nil {
+				t.Fatal(err)
+			}
+			if !at.Equal(last[id]) {
+				if !last[id].IsZero() {
+					beats[id]++
+				}
+				last[id] = at
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling the cluster tables
 	}
 
 	if err := lingering.Close(ctx); err != nil {

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,8 +65,7 @@ CREATE TABLE hist (id int, delta int, at timestamptz DEFAULT now())`)
 	yaml := testenv.UserYAML(c, "", clients+10, "  idle_timeout: 2s\n  connect_timeout: 5s", role, appPassword,
 		fmt.Sprintf("    max_connections: %d\n    max_pinned: 1\n    wait_timeout: 5s", clients))
 	l, _ := startYAML(t, yaml)
-	time.Sleep(100 * time.Millisecond)
-	baseline := runtime.NumGoroutine()
+	baseline := l.servingGoroutines(t)
 
 	var (
 		mu     sync.Mutex

@@ -32,10 +32,10 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 	l, _ := startYAML(t, testenv.UserYAML(c, "", 10, "  connect_timeout: 1s", role, appPassword,
 		fmt.Sprintf("    database: appdb\n    max_connections: 4\n    max_pinned: 1\n    wait_timeout: %s", wait)))
 	ctx := context.Background()
-	time.Sleep(100 * time.Millisecond)
-	baseline := runtime.NumGoroutine()
+	baseline := l.servingGoroutines(t)
 
 	type op struct {
+		client     int
 		start, end time.Time
 		err        error
 	}
@@ -49,9 +49,23 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 	for i := range conns {
 		conns[i] = l.connect(t, role, "appdb")
 	}
+	// allWorked reports whether every client has had a statement that
+	// started after since succeed.
+	allWorked := func(since time.Time) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		worked := map[int]bool{}
+		for _, o := range ops {
+			if o.err == nil && o.start.After(since) {
+				worked[o.client] = true
+			}
+		}
+		return len(worked) == clients
+	}
+	loadStart := time.Now()
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
-		go func(conn *pgx.Conn) {
+		go func(i int, conn *pgx.Conn) {
 			defer wg.Done()
 			for {
 				select {
@@ -59,7 +73,7 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 					return
 				default:
 				}
-				o := op{start: time.Now()}
+				o := op{client: i, start: time.Now()}
 				qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, o.err = conn.Exec(qctx, "SELECT pg_sleep(0.05)")
 				cancel()
@@ -68,12 +82,13 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 				ops = append(ops, o)
 				mu.Unlock()
 				if o.err != nil {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // the client's pause after an error
 				}
 			}
-		}(conns[i])
+		}(i, conns[i])
 	}
-	time.Sleep(time.Second)
+	// The load runs: every client's statements get through lockpool.
+	eventually(t, 10*time.Second, "every client to run a statement before the freeze", func() bool { return allWorked(loadStart) })
 
 	// Freeze: the postmaster first (no new children), then its children,
 	// then once more for any child forked in between.
@@ -97,7 +112,7 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 	}
 	tStop := time.Now()
 	maxG := 0
-	for time.Since(tStop) < freeze {
+	for time.Since(tStop) < freeze { // the freeze's length is what the test is about
 		if n := runtime.NumGoroutine(); n > maxG {
 			maxG = n
 		}
@@ -106,7 +121,9 @@ func TestFaultSIGSTOPPostgres(t *testing.T) {
 	cont()
 	tCont := time.Now()
 	t.Logf("froze %d processes for %v", len(stopped), tCont.Sub(tStop).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
+	// The load recovers: every client has a statement through that started
+	// over 1 s after SIGCONT (from then on no error is allowed, below).
+	eventually(t, 10*time.Second, "every client to run a statement started 1 s after SIGCONT", func() bool { return allWorked(tCont.Add(time.Second)) })
 	close(stop)
 	wg.Wait()
 

@@ -52,6 +52,37 @@ func faultTerminateBackends(t *testing.T, top string) {
 		pinErrs    int
 		relocks    int
 	)
+	// worked[i] is when client i (the pinned ones after the plain ones)
+	// last began a transaction that committed.
+	worked := make([]time.Time, plain+pinnedN)
+	didWork := func(i int, began time.Time) {
+		mu.Lock()
+		worked[i] = began
+		mu.Unlock()
+	}
+	// allWork waits until every client has committed a transaction begun
+	// after since, and says so (without stopping the test) if they have
+	// not after 15 s.
+	allWork := func(since time.Time, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			n := 0
+			for _, w := range worked {
+				if w.After(since) {
+					n++
+				}
+			}
+			mu.Unlock()
+			if n == len(worked) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("timed out after 15s waiting for every client to commit a transaction %s: %d of %d did", what, n, len(worked))
+				return
+			}
+		}
+	}
 	wasTerminated := func(pid uint32) bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -111,6 +142,7 @@ func faultTerminateBackends(t *testing.T, top string) {
 					}
 				}
 				var pid uint32
+				began := time.Now()
 				qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				err := pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
 					if err := tx.QueryRow(qctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
@@ -126,6 +158,7 @@ func faultTerminateBackends(t *testing.T, top string) {
 				mu.Lock()
 				switch {
 				case err == nil:
+					worked[i] = began
 					plainOK++
 				case pid == 0:
 					unknownErr++
@@ -183,6 +216,7 @@ func faultTerminateBackends(t *testing.T, top string) {
 					default:
 					}
 					var now uint32
+					began := time.Now()
 					qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					err := pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
 						return tx.QueryRow(qctx, "SELECT pg_backend_pid()").Scan(&now)
@@ -199,7 +233,8 @@ func faultTerminateBackends(t *testing.T, top string) {
 						break
 					}
 					if err == nil {
-						time.Sleep(5 * time.Millisecond)
+						didWork(plain+i, began)
+						time.Sleep(5 * time.Millisecond) // the pinned client's pace
 						continue
 					}
 					mu.Lock()
@@ -240,8 +275,8 @@ func faultTerminateBackends(t *testing.T, top string) {
 		}(i)
 	}
 
-	// The killer.
-	time.Sleep(300 * time.Millisecond)
+	// The killer, once the load runs: every client has committed.
+	allWork(time.Time{}, "before the first kill")
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	done := 0
 	for done < kills {
@@ -265,9 +300,11 @@ func faultTerminateBackends(t *testing.T, top string) {
 			t.Fatal(err)
 		}
 		done++
-		time.Sleep(time.Duration(20+rng.Intn(40)) * time.Millisecond)
+		time.Sleep(time.Duration(20+rng.Intn(40)) * time.Millisecond) // a random moment for the next kill
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Every client is past the last kill: it noticed a lost backend and
+	// carried on, committing again.
+	allWork(time.Now(), "after the last kill")
 	close(stop)
 	wg.Wait()
 	t.Logf("%d kills: plain ok %d, plain errors %d (+%d before the backend was known), pinned sessions lost %d, locks taken %d",

@@ -299,10 +299,19 @@ func TestLeaseExpiryTakeoverAfterKill(t *testing.T) {
 	defer holder.Close(ctx)
 	old := mustAcquire(t, holder, name, 3, 0)
 
+	su := superConn(t, "appdb")
+	var firstExpiry time.Time
+	if err := su.QueryRow(ctx, "SELECT expires_at FROM lockpool.leases WHERE name = $1", name).Scan(&firstExpiry); err != nil {
+		t.Fatal(err)
+	}
+
 	waiter := b.connect(t, "app", "appdb")
 	done := waitLease(ctx, waiter, name, 30, 10)
-	// The lease is renewed by the holder's instance while it lives.
-	time.Sleep(4 * time.Second)
+	clientWaiting(t, b, waiter.PgConn().PID())
+	// The lease is renewed by the holder's instance while it lives: its
+	// first expiry passes with the lease still live.
+	leaseRow(t, su, name, 10*time.Second, "the lease to outlive its first expiry, renewed",
+		"clock_timestamp() > $2 AND expires_at > clock_timestamp()", firstExpiry)
 	select {
 	case r := <-done:
 		t.Fatalf("waiter got %+v while the holder's instance was alive (ttl 3 s, renewed)", r)
@@ -336,7 +345,7 @@ func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM lockpool.leases WHERE name = $1 FOR UPDATE", name); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	leaseRow(t, superConn(t, "appdb"), name, 10*time.Second, "the partitioned lease to expire", "expires_at < clock_timestamp()")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +361,9 @@ func TestLeaseStaleHolderCannotRenewOrRelease(t *testing.T) {
 	// The stale holder's instance notices the loss (its keeper renews every
 	// ttl/4 = 0.5 s): the session gets a WARNING with its next result, even
 	// an ordinary query's.
-	time.Sleep(1500 * time.Millisecond)
+	eventually(t, 5*time.Second, "the stale holder's keeper to count the lease lost", func() bool {
+		return a.metric("lockpool_lease_operations_total", map[string]string{"op": "keeper_renew", "result": "lost"}) >= 1
+	})
 	var one int
 	if err := stale.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatal(err)
@@ -403,7 +414,7 @@ func TestLeaseReleasedOnDisconnect(t *testing.T) {
 			old := mustAcquire(t, holder, name, 60, 0)
 			waiter := b.connect(t, "app", "appdb")
 			done := waitLease(ctx, waiter, name, 30, 10)
-			time.Sleep(500 * time.Millisecond)
+			clientWaiting(t, b, waiter.PgConn().PID())
 			closed := time.Now()
 			if how == "terminate" {
 				_ = holder.Close(ctx)
@@ -448,7 +459,8 @@ func TestLeaseFence(t *testing.T) {
 	// fenced transaction is open, even after the ttl (2 s) has passed.
 	waiter := b.connect(t, "app", "appdb")
 	done := waitLease(ctx, waiter, name, 30, 10)
-	time.Sleep(3 * time.Second)
+	clientWaiting(t, b, waiter.PgConn().PID())
+	leaseRow(t, superConn(t, "appdb"), name, 10*time.Second, "the fenced lease's ttl to pass", "expires_at < clock_timestamp()")
 	// A non-waiting acquire on a third session also fails.
 	third := b.connect(t, "app", "appdb")
 	if tk, ok, err := acquireLease(ctx, third, name, 30, 0); err != nil || ok {

@@ -28,6 +28,7 @@ func TestLeaseAcquireCancel(t *testing.T) {
 		mustAcquire(t, holder, name, 60, 0)
 		done := waitLease(ctx, waiter, name, 30, 30)
 		clientWaiting(t, l, waiter.PgConn().PID())
+		waits := l.metric("lockpool_lease_acquire_wait_seconds", nil) // waiting acquires that ended
 		cancelled := time.Now()
 		cancelIt()
 		var r leaseGrant
@@ -50,11 +51,15 @@ func TestLeaseAcquireCancel(t *testing.T) {
 		if err := waiter.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil {
 			t.Fatalf("connection after cancel: %v", err)
 		}
-		// The holder releases; the cancelled waiter must not end up holding it.
+		// The cancelled wait is over in lockpool too, not only for the
+		// client; then the holder releases, and the cancelled waiter must
+		// not end up holding it.
+		eventually(t, 5*time.Second, "lockpool to end the cancelled lease_acquire", func() bool {
+			return l.metric("lockpool_lease_acquire_wait_seconds", nil) > waits
+		})
 		if !leaseBool(t, holder, "lease_release", name) {
 			t.Fatal("holder's lease_release = false")
 		}
-		time.Sleep(500 * time.Millisecond)
 		if row, ok := findLease(listLeases(t, waiter), name); ok {
 			t.Fatalf("after the cancelled wait, lease_list() shows %+v", row)
 		}
@@ -248,14 +253,17 @@ func TestLeaseWaiterDisconnects(t *testing.T) {
 		_, _, err := acquireLease(ctx, waiter, name, 60, 20)
 		done <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	clientWaiting(t, l, waiter.PgConn().PID())
 	_ = waiter.PgConn().Conn().Close()
 	<-done
-	time.Sleep(300 * time.Millisecond)
+	// lockpool ends the wait when the client goes (well before its 20 s),
+	// before the holder releases.
+	eventually(t, 5*time.Second, "lockpool to end the disconnected client's lease_acquire", func() bool {
+		return l.metric("lockpool_lease_acquire_wait_seconds", nil) >= 1
+	})
 	if !leaseBool(t, holder, "lease_release", name) {
 		t.Fatal("holder's lease_release = false")
 	}
-	time.Sleep(700 * time.Millisecond)
 	third := l.connect(t, "app", "appdb")
 	if row, ok := findLease(listLeases(t, third), name); ok {
 		t.Fatalf("the disconnected waiter's acquire went on: lease_list() shows %+v", row)
@@ -272,7 +280,7 @@ func TestLeaseReleasedOnShutdown(t *testing.T) {
 	old := mustAcquire(t, holder, name, 60, 0)
 	waiter := b.connect(t, "app", "appdb")
 	done := waitLease(ctx, waiter, name, 60, 10)
-	time.Sleep(300 * time.Millisecond)
+	clientWaiting(t, b, waiter.PgConn().PID())
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()

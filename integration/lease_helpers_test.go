@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -89,6 +90,21 @@ type leaseGrant struct {
 	ok  bool
 	err error
 	at  time.Time
+}
+
+// leaseRow waits up to d until lease name's row in appdb's lockpool.leases
+// satisfies cond (SQL on the row; $1 is the name, args are $2...). what
+// says what was awaited.
+func leaseRow(t testing.TB, su *pgx.Conn, name string, d time.Duration, what, cond string, args ...any) {
+	t.Helper()
+	eventually(t, d, what, func() bool {
+		var ok bool
+		err := su.QueryRow(context.Background(), "SELECT "+cond+" FROM lockpool.leases WHERE name = $1", append([]any{name}, args...)...).Scan(&ok)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("lease %q: %v", name, err)
+		}
+		return ok
+	})
 }
 
 // waitLease calls lease_acquire(name, ttl, wait) on c in the background;

@@ -104,12 +104,22 @@ func TestLimitIdleTransactionTimeout(t *testing.T) {
 	if _, err := victim.Exec(ctx, fmt.Sprintf("INSERT INTO %s VALUES (1)", tbl)); err != nil {
 		t.Fatal(err)
 	}
-	// Another client working in short transactions the whole time is fine.
-	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); {
+	idleSince := time.Now()
+	// Another client working in short transactions the whole time is fine,
+	// until lockpool has ended the victim's session (three clients, then
+	// two).
+	deadline := time.Now().Add(10 * time.Second)
+	for l.metric("lockpool_client_connections", map[string]string{"app": "lmidletx"}) == 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s waiting for lockpool to end the session idle in a transaction")
+		}
 		if _, err := busy.Exec(ctx, fmt.Sprintf("BEGIN; INSERT INTO %s VALUES (2) ON CONFLICT DO NOTHING; COMMIT", tbl)); err != nil {
 			t.Fatalf("busy client: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the busy client's pace
+	}
+	if el := time.Since(idleSince); el < 500*time.Millisecond {
+		t.Fatalf("the session idle in a transaction was ended after %v, before idle_transaction_timeout (500ms)", el)
 	}
 	_, err := victim.Exec(ctx, "SELECT 1")
 	if err == nil {

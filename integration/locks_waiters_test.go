@@ -439,7 +439,8 @@ func TestLocksFourLocksPoolOfFour(t *testing.T) {
 	if err := s[3].QueryRow(ctx, lkOwnAdvisorySQL).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("after 53300: %v, %d advisory locks on its backend", err, n)
 	}
-	time.Sleep(500 * time.Millisecond) // keep inserting with three pins held
+	mark := inserts.Load()
+	eventually(t, 5*time.Second, "the inserter to commit 20 more transactions with three pins held", func() bool { return inserts.Load() >= mark+20 })
 	if !lkMustBool(t, s[0], "SELECT pg_advisory_unlock(hashtext('locks5-job-0'))") {
 		t.Fatal("session 0's unlock returned false")
 	}

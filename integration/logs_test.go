@@ -78,7 +78,9 @@ func countLines(t *testing.T, log *testenv.LogBuffer, msg string) int {
 func TestLogLinesJSON(t *testing.T) {
 	c := pgtest.Require(t)
 	fw := testenv.NewForwarder(t, net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
-	yaml := testenv.AppsYAML(c, 10, "log_format: json\nlog_level: debug\nlog_pins_over: 300ms\nleak_check_interval: 200ms", testenv.DefaultApp())
+	app := testenv.DefaultApp()
+	app.Pinned = 2 // two long pins at once (long pin)
+	yaml := testenv.AppsYAML(c, 10, "log_format: json\nlog_level: debug\nlog_pins_over: 300ms\nleak_check_interval: 200ms", app)
 	yaml = strings.Replace(yaml, fmt.Sprintf("  port: %d\n", c.Port), fmt.Sprintf("  port: %d\n", fw.Port), 1)
 	l, log := startYAML(t, yaml)
 	ctx := testenv.Context(t, time.Minute)
@@ -110,12 +112,31 @@ func TestLogLinesJSON(t *testing.T) {
 		if d, err := time.ParseDuration(line.str("pinned_for")); err != nil || d < 300*time.Millisecond {
 			t.Fatalf("pinned_for %q", line.str("pinned_for"))
 		}
-		// Once per pin: still one line after several more looks.
-		time.Sleep(400 * time.Millisecond) // the pin log looks every 75 ms; no event marks "looked again"
-		if n := countLines(t, log, "session pinned longer than log_pins_over"); n != 1 {
+		// Once per pin: still one line after several more looks. The pin
+		// log looks every 75 ms; a second pin taken now is logged once it
+		// is 300 ms old, so by its line the pin log has looked at the first
+		// pin about four more times.
+		second := l.connect(t, "app", "appdb")
+		if _, err := second.Exec(ctx, "SELECT pg_advisory_lock(470014)"); err != nil {
+			t.Fatal(err)
+		}
+		pid2 := testenv.BackendPID(t, second)
+		waitLine(t, log, "session pinned longer than log_pins_over", func(l logLine) bool {
+			return uint32(l["backend_pid"].(float64)) == pid2
+		})
+		n := 0
+		for _, l := range jsonLines(t, log.String()) {
+			if l.str("msg") == "session pinned longer than log_pins_over" && uint32(l["backend_pid"].(float64)) == pid {
+				n++
+			}
+		}
+		if n != 1 {
 			t.Fatalf("%d long-pin lines for one pin, want 1", n)
 		}
 		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock(470013)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := second.Exec(ctx, "SELECT pg_advisory_unlock(470014)"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -156,8 +177,11 @@ func TestLogLinesJSON(t *testing.T) {
 		if !strings.Contains(sweep.str("err"), "querying pg_locks") {
 			t.Fatalf("leak sweep line names no cause: %v", sweep)
 		}
-		<-waited                // the waiter gives up after 1.5 s; nothing waits any more
-		time.Sleep(time.Second) // reconnect attempts would run now if anything still waited
+		<-waited // the waiter gives up after 1.5 s; nothing waits any more
+		// The outage goes on a while with nothing waiting (its LISTEN
+		// goroutine ends then, without a log line, so this is a stretch of
+		// time, not a signal): the next waiter must bring LISTEN back.
+		time.Sleep(time.Second)
 		fw.Up(t)
 
 		back := waitLine(t, log, "PostgreSQL reachable again", nil)

@@ -167,7 +167,13 @@ END$$`, plainRole, plainRole, plainPW)); err != nil {
 	if _, err := conn.Exec(ctx, "SELECT 1/0"); err != nil {
 		clientErrs = append(clientErrs, err.Error())
 	}
-	time.Sleep(1500 * time.Millisecond) // one leak sweep
+	// One leak sweep: it logs in as lockpool's own user (the plaintext
+	// password) and asks pg_locks about the idle server connections.
+	su := superConn(t, "postgres")
+	eventually(t, 10*time.Second, "a leak sweep's pg_locks query on lockpool's own connection", func() bool {
+		n, err := countBackends(ctx, su, fmt.Sprintf("usename = '%s' AND application_name = 'lockpool-admin' AND query LIKE 'SELECT DISTINCT pid FROM pg_catalog.pg_locks %%'", plainRole))
+		return err == nil && n > 0
+	})
 	req, _ := http.NewRequest("GET", l.admin.URL+"/debug/locks", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	debugLocks := httpBody(t, req)
@@ -178,7 +184,10 @@ END$$`, plainRole, plainRole, plainPW)); err != nil {
 	metrics := httpBody(t, req)
 	_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
 	conn.Close(ctx)
-	time.Sleep(100 * time.Millisecond)
+	// The session's end is logged before it stops counting as a client.
+	eventually(t, 5*time.Second, "lockpool to end every client session", func() bool {
+		return l.metric("lockpool_client_connections", nil) == 0
+	})
 
 	// The secrets: passwords, the verifier and each of its parts, the token.
 	secrets := []string{plainPW, verPW, wrongPW, token, v}

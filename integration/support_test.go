@@ -6,10 +6,14 @@ package integration
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
 	"os/exec"
+	"runtime"
 	"testing"
 	"time"
 
@@ -189,4 +193,29 @@ func clientWaiting(t testing.TB, l *lp, pid uint32) {
 		}
 		return false
 	})
+}
+
+// servingGoroutines waits until l answers a client (an SSLRequest): by
+// then Serve has started the event loops and background loops that
+// startLockpool and startYAML do not wait for. It returns the process's
+// goroutine count then, the idle level a test compares with later (it may
+// include the probe's own session, about to end).
+func (l *lp) servingGoroutines(t testing.TB) int {
+	t.Helper()
+	eventually(t, 10*time.Second, "lockpool to answer an SSLRequest", func() bool {
+		nc, err := net.DialTimeout("tcp", l.addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(time.Second))
+		req := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 8), 80877103)
+		if _, err := nc.Write(req); err != nil {
+			return false
+		}
+		var b [1]byte
+		_, err = io.ReadFull(nc, b[:])
+		return err == nil && (b[0] == 'N' || b[0] == 'S')
+	})
+	return runtime.NumGoroutine()
 }

@@ -419,7 +419,7 @@ func TestStaleHolder(t *testing.T) {
 	old := s1.NewSession(appDB, 1)
 	t1 := mustAcquire(t, old, "res", time.Second, 0)
 	stall(old, "res")
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // the stalled lease's ttl (1 s) running out is the case under test
 	nu := s2.NewSession(appDB, 1)
 	t2 := mustAcquire(t, nu, "res", 10*time.Second, 0)
 	if t2 <= t1 {
@@ -566,7 +566,7 @@ func TestFence(t *testing.T) {
 		tok, ok, err := b.Acquire(ctx, "f", 5*time.Second, 20*time.Second)
 		bDone <- res{tok, ok, err, time.Now()}
 	}()
-	time.Sleep(ttl + 1500*time.Millisecond)
+	time.Sleep(ttl + 1500*time.Millisecond) // the ttl running out under the fence, and the waiter's tries after it, are the case under test
 	select {
 	case <-rawDone:
 		t.Fatal("takeover lock not blocked by lease_fence")
@@ -641,7 +641,7 @@ func TestKeeperKeepsLeasesAlive(t *testing.T) {
 				t.Fatalf("other got %s: %v, %v", name, ok, err)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the other instance tries every 0.5 s for 8 s (4 ttls): the duration under test
 	}
 	rows, err := sessions[0].List(ctx)
 	if err != nil || len(rows) != 10 {

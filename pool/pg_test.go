@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,6 +61,27 @@ func query(t *testing.T, c *Conn, sql string) ([]string, error) {
 	}
 }
 
+// backendRunning polls pg_stat_activity until backend pid is active
+// running sql, for up to d; false if it never was.
+func backendRunning(ctx context.Context, pc *pgtest.Cluster, pid uint32, sql string, d time.Duration) (bool, error) {
+	su, err := pgconn.Connect(ctx, pc.SuperuserDSN("postgres"))
+	if err != nil {
+		return false, err
+	}
+	defer su.Close(context.Background())
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		res := su.ExecParams(ctx, "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query = $2",
+			[][]byte{[]byte(strconv.FormatUint(uint64(pid), 10)), []byte(sql)}, nil, nil, nil).Read()
+		if res.Err != nil {
+			return false, res.Err
+		}
+		if len(res.Rows) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func TestRealServer(t *testing.T) {
 	pc := pgtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -92,10 +114,17 @@ func TestRealServer(t *testing.T) {
 	}
 
 	t.Run("cancel", func(t *testing.T) {
+		// The cancel goes once pg_stat_activity shows the query running.
 		done := make(chan error, 1)
 		go func() {
-			time.Sleep(200 * time.Millisecond)
-			done <- m.Cancel(ctx, c)
+			running, err := backendRunning(ctx, pc, c.PID, "select pg_sleep(30)::text", 10*time.Second)
+			if cerr := m.Cancel(ctx, c); err == nil {
+				err = cerr
+			}
+			if err == nil && !running {
+				err = errors.New("timed out after 10s waiting for pg_stat_activity to show the query running")
+			}
+			done <- err
 		}()
 		_, qerr := query(t, c, "select pg_sleep(30)::text")
 		var pgErr *pgconn.PgError
