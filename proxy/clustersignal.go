@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/local"
 )
 
 // Signal forwarding between the instances of a cluster: a
 // pg_terminate_backend or pg_cancel_backend whose key pid carries another
-// live instance's number (signal.go) is sent to the address that instance
-// advertises, as a request on its client listener, like a forwarded cancel
-// request:
+// live instance's number (keysignal.go) is sent to the address that
+// instance advertises, as a request on its client listener, like a
+// forwarded cancel request:
 //
 //	→ SignalRequest: int32 length, int32 codeSignalRequest, int32 pid,
 //	  byte 'T' (terminate) or 'C' (cancel), int64 timeout in milliseconds,
@@ -29,7 +30,7 @@ import (
 //	← 32 random bytes: the challenge
 //	→ 32 bytes: HMAC-SHA256 under the receiver's signal key of the
 //	  challenge followed by the request from its pid on
-//	← one byte: the signalResult (signalWire)
+//	← one byte: the local.SignalResult (signalWire)
 //
 // Unlike a CancelRequest, which carries the client's secret key, a signal
 // request names a client by its pid alone, and says who asks; so the
@@ -55,9 +56,9 @@ const (
 	signalMaxWait = 24 * time.Hour
 )
 
-// signalWire is each signalResult's byte on the wire.
-var signalWire = [...]byte{signalNoClient: 'n', signalSent: 't', signalStillRunning: 'w', signalDenied: 'p',
-	signalCanceled: 'c', signalUnreachable: 'u'}
+// signalWire is each local.SignalResult's byte on the wire.
+var signalWire = [...]byte{local.SignalNoClient: 'n', local.SignalSent: 't', local.SignalStillRunning: 'w', local.SignalDenied: 'p',
+	local.SignalCanceled: 'c', local.SignalUnreachable: 'u'}
 
 // newSignalKey makes this instance's signal key.
 func newSignalKey() []byte {
@@ -123,26 +124,26 @@ func parseSignalRequest(b []byte) (signalRequest, error) {
 
 // forwardSignal sends r to live instance number n of the cluster and
 // returns its answer. A number that names no live instance names no
-// client (signalNoClient). The caller's ctx (its cancel request) ends the
-// exchange.
-func (s *Server) forwardSignal(ctx context.Context, n int, r signalRequest) (signalResult, error) {
+// client (local.SignalNoClient). The caller's ctx (its cancel request)
+// ends the exchange.
+func (s *Server) forwardSignal(ctx context.Context, n int, r signalRequest) (local.SignalResult, error) {
 	p, ok := s.cluster.PeerInfo(n)
 	if !ok {
-		return signalNoClient, nil
+		return local.SignalNoClient, nil
 	}
 	key, err := hex.DecodeString(p.SignalKey)
 	if err != nil || len(key) != signalKeyLen {
-		return signalUnreachable, fmt.Errorf("instance %d takes no signal requests (a lockpool without them?)", n)
+		return local.SignalUnreachable, fmt.Errorf("instance %d takes no signal requests (a lockpool without them?)", n)
 	}
 	r.timeout = min(r.timeout, signalMaxWait)
 	res, err := exchangeSignal(ctx, p.Address, key, r)
 	switch {
 	case ctx.Err() != nil:
-		return signalCanceled, nil
+		return local.SignalCanceled, nil
 	case err != nil:
 		s.log.Warn("cluster: could not forward a signal request", "number", n, "address", p.Address, "err", err)
-		return signalUnreachable, err
-	case res == signalUnreachable:
+		return local.SignalUnreachable, err
+	case res == local.SignalUnreachable:
 		return res, errors.New("the instance is shutting down")
 	}
 	return res, nil
@@ -150,7 +151,7 @@ func (s *Server) forwardSignal(ctx context.Context, n int, r signalRequest) (sig
 
 // exchangeSignal runs one SignalRequest exchange with the instance at addr,
 // whose signal key is key.
-func exchangeSignal(ctx context.Context, addr string, key []byte, r signalRequest) (signalResult, error) {
+func exchangeSignal(ctx context.Context, addr string, key []byte, r signalRequest) (local.SignalResult, error) {
 	d := net.Dialer{Timeout: cancelForwardTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -179,7 +180,7 @@ func exchangeSignal(ctx context.Context, addr string, key []byte, r signalReques
 	}
 	for res, b := range signalWire {
 		if b == ans[0] {
-			return signalResult(res), nil
+			return local.SignalResult(res), nil
 		}
 	}
 	if ans[0] == 'a' {
@@ -212,13 +213,13 @@ func (s *Server) serveSignalRequest(conn net.Conn, br *bufio.Reader, body []byte
 		_, _ = conn.Write([]byte{'a'})
 		return
 	}
-	res := signalNoClient
+	res := local.SignalNoClient
 	if pidNumber(r.pid) == s.cluster.Number() {
 		ctx, cancel := context.WithTimeout(s.baseCtx, r.timeout+signalForwardSlack)
 		res = s.signalClient(ctx, r)
 		cancel()
-		if res == signalCanceled {
-			res = signalUnreachable // this instance is shutting down
+		if res == local.SignalCanceled {
+			res = local.SignalUnreachable // this instance is shutting down
 		}
 	}
 	_ = conn.SetDeadline(time.Now().Add(signalForwardSlack))

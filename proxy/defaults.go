@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -149,7 +150,7 @@ func (s *session) portalTag(f *rewrite.Findings) string {
 type tagFix struct {
 	stmt   int
 	tag    string
-	listen *listenOp // a LISTEN or UNLISTEN sent as UNLISTEN * (listen.go): noted when it completes
+	listen *local.ListenOp // a LISTEN or UNLISTEN sent as UNLISTEN * (listenEdits): noted when it completes
 }
 
 // tagFixes are the command tags lockpool corrects in one reply (a Query's

@@ -1,7 +1,8 @@
 // Package proxy is lockpool's client side: the listener, startup (SSL/GSS
 // negotiation, TLS, authentication against the configured users), cancel
 // requests, and the session that relays each transaction to a pooled server
-// connection and answers lockpool's own functions.
+// connection and runs lockpool's own functions (their kinds are package
+// local's) in their place in the reply order.
 //
 // # Who owns what
 //
@@ -37,8 +38,9 @@
 // Other goroutines reach a session only through its loop: kill posts an
 // interrupt, which ends the coroutine's current socket wait with the FATAL
 // (or wakes a resting session to say it). The listener hub (package
-// listen) queues a listening client's notifications in its inbox (the
-// inbox's own lock) and posts a wake: a resting session is resumed and
+// listen) queues a listening client's notifications in its inbox (package
+// local's listen kind; the inbox's own lock) and posts a wake
+// (postDeliver): a resting session is resumed and
 // writes them at its idle point, an idle pinned one's wait is interrupted. While a pinned (or session-mode)
 // client is idle, its coroutine waits on both sockets at once (watchIdle),
 // relaying notifications and noticing the server's death.
@@ -100,15 +102,16 @@
 //     or forward. An unnamed Parse with the same bytes as one of the last
 //     eight that had nothing found is forwarded without looking again
 //     (session.plainParses).
-//     A statement lockpool answers itself is claimed by one of the local
-//     kinds (handler.go: lease calls in lease.go, advisory calls held under
-//     advisory_locks: hold in hold.go, LISTEN, UNLISTEN and
-//     pg_listening_channels() under listen: shared in listen.go,
-//     pg_terminate_backend and pg_cancel_backend of a key pid in
-//     signal.go): the kind
-//     prepares it, and the core binds, describes and runs it in the
-//     client's protocol, in its place in the reply order. A new kind is a
-//     new entry of localKinds and touches no other file of the core.
+//     A statement lockpool answers itself is claimed by one of the kinds
+//     of package local (lease calls, advisory calls held under
+//     advisory_locks: hold, LISTEN, UNLISTEN and pg_listening_channels()
+//     under listen: shared, pg_terminate_backend and pg_cancel_backend of
+//     a key pid), which the Server's table lists (handler.go: localKinds):
+//     the kind prepares it, and the core binds, describes and runs it in
+//     the client's protocol, in its place in the reply order. The session
+//     is the kinds' local.Session (localsession.go: the mechanics they use
+//     stay with the session, its link and its loop). A new kind is a new
+//     entry of localKinds and touches no other file of the core.
 //  2. toServer attaches a connection if the session has none, and pushes
 //     the reply the message owes onto the reply queue (replies.go); the
 //     message is appended to sout, rewritten where lockpool must

@@ -2,16 +2,27 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/lease"
+	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// LeaseStore is what the lease kind needs from the lease package
+// (local.LeaseStore).
+type LeaseStore = local.LeaseStore
+
+// LeaseSession is one client session's leases (local.LeaseSession).
+type LeaseSession = local.LeaseSession
+
+// LeaseRow is one row of lease_list() (local.LeaseRow).
+type LeaseRow = local.LeaseRow
 
 // leaseAdapter serves LeaseStore from the lease package.
 type leaseAdapter struct{ st *lease.Store }
@@ -104,11 +115,13 @@ func ownConnConfig(started *config.Config, current func() *config.Config) func(d
 	}
 }
 
-// leaseError maps lease package errors to client errors.
-func leaseError(err error) (*pgError, bool) {
-	var le *lease.Error
-	if errors.As(err, &le) {
-		return &pgError{Code: le.Code, Message: le.Message, Hint: le.Hint}, true
-	}
-	return nil, false
+// newLockManager builds the holder of advisory_locks: hold. Its lock
+// connections log in as lockpool's lease connections do (ownConnConfig).
+func newLockManager(cfg *config.Config, current func() *config.Config, log *slog.Logger) (*advisory.Manager, error) {
+	return advisory.New(advisory.Options{
+		MaxConnections: cfg.Locks.MaxConnections,
+		MaxWaiters:     cfg.Locks.MaxWaiters,
+		ConnConfig:     ownConnConfig(cfg, current),
+		Logger:         log,
+	})
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,9 +16,7 @@ type metrics struct {
 	leaked   *prometheus.CounterVec
 	prepared *prometheus.CounterVec
 
-	heldLocks     *prometheus.GaugeVec
-	heldWait      *prometheus.HistogramVec
-	heldFallbacks *prometheus.CounterVec
+	hold *local.HoldMetrics // advisory_locks: hold
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,9 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "lockpool_prepared_statements_total", Help: "Named prepared statements needed on a server connection: hit (already there), miss (prepared there), eviction (closed to stay within max_prepared_statements).",
 		}, []string{"app", "result"}),
 	}
-	m.heldLocks, m.heldWait, m.heldFallbacks = holdMetrics()
+	m.hold = local.NewHoldMetrics()
 	if reg != nil {
-		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked, m.prepared, m.heldLocks, m.heldWait, m.heldFallbacks)
+		reg.MustRegister(m.clients, m.pinned, m.pins, m.rejected, m.leaked, m.prepared)
+		reg.MustRegister(m.hold.Collectors()...)
 	}
 	return m
 }
@@ -67,9 +67,7 @@ func (m *metrics) bindApp(a *appState) {
 		c := m.rejected.WithLabelValues(a.cfg.Name, f.String())
 		a.rejectedCache.Store(f.String(), c)
 	}
-	m.heldLocks.WithLabelValues(a.cfg.Name)
-	m.heldWait.WithLabelValues(a.cfg.Name)
-	m.heldFallbacks.WithLabelValues(a.cfg.Name)
+	m.hold.Show(a.cfg.Name)
 }
 
 func (a *appState) rejected(fn string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/local"
 )
 
 // serverState is lockpool's bookkeeping for one server connection, kept in
@@ -166,7 +167,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 			s.serverGone(pool.FatalReason(body))
 		}
 		if l := s.listeningOf(); l != nil {
-			l.failed = true
+			l.NoteError()
 		}
 		switch f.kind {
 		case replyQuery, replySync:
@@ -279,13 +280,13 @@ func (s *session) onCommandComplete(f *reply, body *[]byte) {
 		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
 	}
 	if l := s.listeningOf(); l != nil {
-		l.commandDone(s, *body)
+		l.CommandDone(s, *body)
 	}
 	if f.tags != nil {
 		if fix := f.tags.next(); fix != nil {
 			*body = append([]byte(fix.tag), 0)
 			if fix.listen != nil {
-				s.handler(kindListen).(*listening).note(*fix.listen)
+				s.listenHandler().Note(*fix.listen)
 			}
 		}
 	}
@@ -447,11 +448,11 @@ func (s *session) onReady(body []byte) error {
 	s.txStatus = body[0]
 	s.app.stats.ready(s.txStatus)
 	if l := s.listeningOf(); l != nil {
-		if err := l.ready(s, s.txStatus, false); err != nil {
+		if err := l.Ready(s, s.txStatus, false); err != nil {
 			return err
 		}
 		if s.txStatus == 'I' {
-			s.cout = l.inbox.take(s.cout) // as PostgreSQL, before the ReadyForQuery
+			s.cout = l.IdleMessages(s, s.cout) // as PostgreSQL, before the ReadyForQuery
 		}
 	}
 	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
@@ -560,7 +561,7 @@ func (s *session) release() {
 }
 
 // insertReadyNotices puts the notices of the session's local handlers
-// (readyNoticer: leases the session lost) before the ReadyForQuery that
+// (local.ReadyNoticer: leases the session lost) before the ReadyForQuery that
 // ends the reply.
 func (s *session) insertReadyNotices() {
 	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
@@ -568,8 +569,8 @@ func (s *session) insertReadyNotices() {
 	}
 	var w []byte
 	for _, h := range s.extras.local {
-		if n, ok := h.(readyNoticer); ok {
-			w = n.readyNotices(s, w)
+		if n, ok := h.(local.ReadyNoticer); ok {
+			w = n.ReadyNotices(s, w)
 		}
 	}
 	if len(w) == 0 {

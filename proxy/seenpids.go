@@ -9,10 +9,11 @@ import "sync"
 // transaction at the time, which goes back to the pool after it. So that
 // pg_terminate_backend(pid) and pg_cancel_backend(pid) of such a pid
 // through lockpool act on the session the pid was given to, as they do on
-// PostgreSQL, the signal kind looks the pid up here (signal.go) and signals
-// that client by its key pid. A pid read by several clients (the backend
-// served each of them) names the last of them; a client that reads another
-// pid no longer owns the first one; a client that ends owns none.
+// PostgreSQL, the signal kind looks the pid up here (session.ClientPID)
+// and signals that client by its key pid. A pid read by several clients
+// (the backend served each of them) names the last of them; a client that
+// reads another pid no longer owns the first one; a client that ends owns
+// none.
 //
 // seenPIDs is shared by every session of a Server: its methods lock it.
 type seenPIDs struct {

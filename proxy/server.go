@@ -28,6 +28,7 @@ import (
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
 	"github.com/lockpool/lockpool/proxy/console"
+	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
@@ -64,7 +65,7 @@ type appState struct {
 	prepMiss      prometheus.Counter
 	prepEvict     prometheus.Counter
 	pinnedGauge   *prometheus.GaugeVec
-	hold          *holdApp // advisory_locks: hold metrics; nil under other policies
+	hold          *local.HoldApp // advisory_locks: hold metrics; nil under other policies
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
 	clientCount   *atomic.Int64
@@ -84,7 +85,7 @@ type Server struct {
 	pool    *pool.Manager
 	leases  LeaseStore
 	locks   *advisory.Manager // advisory_locks: hold
-	hub     *listen.Hub       // listen: shared (listen.go)
+	hub     *listen.Hub       // listen: shared
 	metrics *metrics
 	tlsConf *tls.Config
 	health  healthProbe
@@ -96,6 +97,10 @@ type Server struct {
 	// lease store keep using until a restart (see config.RestartNeeded).
 	started  *config.Config
 	onReload func(*config.Config)
+
+	// kinds are the kinds of statement lockpool answers itself, in the
+	// order they are asked (handler.go: localKinds).
+	kinds [numLocalKinds]local.Kind
 
 	rc atomic.Pointer[runtimeConfig]
 
@@ -133,7 +138,7 @@ type Server struct {
 	// cluster forward to this one (clustersignal.go); nil without a cluster.
 	signalKey []byte
 	// ends are closed when their session has ended and cleaned up, for
-	// pg_terminate_backend's timeout (signal.go); under mu.
+	// pg_terminate_backend's timeout (keysignal.go); under mu.
 	ends map[*session]chan struct{}
 }
 
@@ -149,6 +154,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		log:      logger,
 		leases:   opts.Leases,
+		kinds:    localKinds(),
 		sessions: make(map[uint32]*session),
 		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
@@ -310,7 +316,7 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		}
 		s.metrics.bindApp(as)
 		if adv == policy.Hold {
-			as.hold = newHoldApp(s.metrics, a.Name)
+			as.hold = s.metrics.hold.App(a.Name)
 		}
 		rc.apps[a.Name] = as
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -42,7 +43,7 @@ type stmt struct {
 // It is made at first use (session.more), so an idle client carries one
 // pointer for all of it; the session stays in a smaller size class.
 type sessionExtras struct {
-	local     [numLocalKinds]localHandler  // per-session state of each kind of statement lockpool answers itself (handler.go)
+	local     [numLocalKinds]local.Handler // per-session state of each kind of statement lockpool answers itself (handler.go)
 	virt      map[string]*localStmtEntry   // the client's statements lockpool answers itself
 	vportals  map[string]*localPortalEntry // their portals
 	setNames  []string                     // parameters changed with SET: read back at the next idle point
@@ -104,7 +105,7 @@ type session struct {
 	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
 	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
 	skipping   bool       // discarding client messages until Sync after an error
-	watching   bool       // waiting in watchIdle: notifications to write interrupt the wait (listen.go)
+	watching   bool       // waiting in watchIdle: notifications to write interrupt the wait (deliverWake)
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
 	// only lockpool knows, until ROLLBACK.
@@ -846,8 +847,8 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 		SessionPool:    s.app.sessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
-		Unlock:         callsUnlock(f),
-		Holdable:       holdable(f),
+		Unlock:         local.CallsUnlock(f),
+		Holdable:       local.Holdable(f),
 		AdvisoryPinned: (s.link.pinned || s.slot != nil || s.wantSlot) && s.pinWant == "advisory_lock",
 		Pinned:         s.link.pinned,
 	}
@@ -868,7 +869,7 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 					in.State, in.StateKind = true, stateReason(c.Kind)
 				}
 			}
-			// Shared: answered by lockpool (listen.go), nothing to pin.
+			// Shared: answered by lockpool (package local), nothing to pin.
 		case rewrite.TempTable, rewrite.DeclareHold, rewrite.Prepare, rewrite.Load:
 			if !in.State {
 				in.State, in.StateKind = true, stateReason(c.Kind)
@@ -1123,7 +1124,7 @@ func (s *session) onSync(n int) error {
 	if s.link.sc == nil {
 		s.unsynced = false
 		if l := s.listeningOf(); l != nil {
-			if err := l.ready(s, s.status(), failed); err != nil {
+			if err := l.Ready(s, s.status(), failed); err != nil {
 				return err
 			}
 		}
@@ -1191,6 +1192,17 @@ func (s *session) kill(pe *pgError) {
 	}
 	s.link.mu.Unlock()
 	s.stopWait() // a wait in lockpool (offloaded: a held-lock wait) ends too
+}
+
+// stopWait ends a wait in lockpool of a session that another goroutine
+// is closing (kill): a held lock's wait has no bound of its own, and the
+// session goroutine must get to its cleanup.
+func (s *session) stopWait() {
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	if s.link.waiting {
+		s.link.stopWaitLocked()
+	}
 }
 
 // killedBy returns the FATAL of a kill of the session, or nil: the one the

@@ -29,20 +29,6 @@ var (
 	msgNoData        = []byte{'n', 0, 0, 0, 4}
 )
 
-// boolValue is a boolean column value as PostgreSQL sends it: one byte in
-// binary format, t or f in text.
-func boolValue(bin, v bool) []byte {
-	switch {
-	case bin && v:
-		return []byte{1}
-	case bin:
-		return []byte{0}
-	case v:
-		return []byte{'t'}
-	}
-	return []byte{'f'}
-}
-
 // dataRowColumns calls fn for each column of a DataRow body, in order, with
 // null set for SQL NULL. A malformed row calls fn for nothing.
 func dataRowColumns(body []byte, fn func(i int, v []byte, null bool)) {

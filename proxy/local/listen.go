@@ -1,4 +1,4 @@
-package proxy
+package local
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
-	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -30,12 +29,13 @@ import (
 //   - A LISTEN inside a multi-statement Query is sent to the server as
 //     UNLISTEN * (harmless on a connection that never listens; it fails and
 //     rolls back exactly as LISTEN would), its command tag restored; its
-//     effect is noted when its CommandComplete arrives.
+//     effect is noted when its CommandComplete arrives (the core rewrites
+//     the Query and calls Note).
 //   - Notifications are written to the client only when it is idle outside
 //     a transaction block with nothing owed; an idle client gets them at
 //     once (its loop is woken). As on PostgreSQL, the ReadyForQuery that
 //     ends a listening client's transaction comes after every notification
-//     committed before its statement came (ready: a barrier on the
+//     committed before its statement came (Ready: a barrier on the
 //     listener connection, one round trip). A notification the client's own
 //     transaction sent (a NOTIFY or pg_notify of its own SQL) carries the
 //     client's key pid.
@@ -43,31 +43,41 @@ import (
 //     closed: it may have missed notifications. A client that lets more
 //     than notifications.max_pending bytes pile up gets FATAL 53200.
 
-// kindListen is the index of listen in localKinds.
-const kindListen = 2
+// ListenKind is the kind of LISTEN, UNLISTEN and pg_listening_channels()
+// under listen: shared: each must be the whole statement. Its Handler is a
+// *Listening, which the core also tells of the session's transactions.
+func ListenKind() Kind {
+	return Kind{name: "listen", claims: listenClaims, open: openListen}
+}
 
-// listenOp is one LISTEN or UNLISTEN waiting for its transaction's end.
-type listenOp struct {
+// ListenOp is one LISTEN or UNLISTEN waiting for its transaction's end.
+type ListenOp struct {
 	unlisten  bool
 	channel   string // "*": UNLISTEN *
 	savepoint string // not "": no LISTEN but a SAVEPOINT of that name, where a ROLLBACK TO cuts the list
 }
 
-// listening is a session's channels and notifications: the listen kind's
-// localHandler. The session's coroutine owns it; its inbox is shared with
-// the hub's goroutine.
-type listening struct {
+// NewListenOp is a LISTEN (unlisten false) or UNLISTEN of channel ("*":
+// UNLISTEN *).
+func NewListenOp(unlisten bool, channel string) ListenOp {
+	return ListenOp{unlisten: unlisten, channel: channel}
+}
+
+// Listening is a session's channels and notifications: the listen kind's
+// Handler. The session's coroutine owns it; its inbox is shared with the
+// hub's goroutine.
+type Listening struct {
 	channels   []string    // committed, in LISTEN order (pg_listening_channels())
-	pending    []listenOp  // of the open transaction, applied when it commits
+	pending    []ListenOp  // of the open transaction, applied when it commits
 	rolledBack bool        // a ROLLBACK completed since the last ReadyForQuery
 	failed     bool        // an error came since the last ReadyForQuery
-	expects    []expectKey // notifications this transaction registered as its own (expect)
-	early      []string    // channels subscribed before the COMMIT of a block that LISTENs (beforeCommit)
+	expects    []expectKey // notifications this transaction registered as its own (Expect)
+	early      []string    // channels subscribed before the COMMIT of a block that LISTENs (SubscribeEarly)
 	inbox      *inbox
 }
 
-func listenClaims(s *session, f *rewrite.Findings, _ policy.Decision) bool {
-	if s.app.listen != policy.Shared || s.app.sessionPool {
+func listenClaims(s Session, f *rewrite.Findings, _ policy.Decision) bool {
+	if !s.ListenShared() {
 		return false
 	}
 	if f.ChannelsWhole != nil {
@@ -79,27 +89,17 @@ func listenClaims(s *session, f *rewrite.Findings, _ policy.Decision) bool {
 		(f.State[0].Kind == rewrite.Listen || f.State[0].Kind == rewrite.Unlisten) && f.State[0].Name != ""
 }
 
-func openListen(s *session) localHandler {
-	return &listening{inbox: &inbox{s: s}}
+func openListen(s Session) Handler {
+	return &Listening{inbox: &inbox{s: s}}
 }
 
-// listeningOf returns the session's listen state, nil when it never used
-// LISTEN.
-func (s *session) listeningOf() *listening {
-	if s.extras == nil {
-		return nil
-	}
-	l, _ := s.extras.local[kindListen].(*listening)
-	return l
-}
-
-// prepare implements localHandler.
-func (l *listening) prepare(s *session, f *rewrite.Findings, sql string, _ []byte) (localStmt, *pgError) {
+// Prepare implements Handler.
+func (l *Listening) Prepare(s Session, f *rewrite.Findings, sql string, _ []byte) (Stmt, *pgerr.Error) {
 	if f.ChannelsWhole != nil {
 		return &channelsStmt{l: l, call: f.ChannelsWhole}, nil
 	}
 	c := f.State[0]
-	op := listenOp{unlisten: c.Kind == rewrite.Unlisten, channel: c.Name}
+	op := ListenOp{unlisten: c.Kind == rewrite.Unlisten, channel: c.Name}
 	st := &listenStmt{l: l, op: op}
 	if len(c.Name) == 63 && c.End <= len(sql) {
 		st.notice = truncationNotice(sql[c.Pos:c.End], c.Name)
@@ -124,27 +124,27 @@ func truncationNotice(stmt, name string) []byte {
 	if len(raw) <= len(name) || strings.ContainsAny(raw, "-/") {
 		return nil
 	}
-	return appendError(nil, 'N', &pgError{Severity: "NOTICE", Code: "42622",
-		Message: "identifier \"" + raw + "\" will be truncated to \"" + name + "\""})
+	return (&pgerr.Error{Severity: "NOTICE", Code: "42622",
+		Message: "identifier \"" + raw + "\" will be truncated to \"" + name + "\""}).AppendTo(nil, 'N')
 }
 
-// end unlistens everything when the session ends.
-func (l *listening) end(s *session) {
+// End unlistens everything when the session ends.
+func (l *Listening) End(s Session) {
 	l.inbox.close()
-	if s.srv.hub != nil {
-		s.srv.hub.UnlistenAll(s.database, l.inbox)
+	if hub := s.Hub(); hub != nil {
+		hub.UnlistenAll(s.Database(), l.inbox)
 	}
 	l.channels, l.pending = nil, nil
 }
 
-// idleMessages implements idleSender: the notifications waiting for the
+// IdleMessages implements IdleSender: the notifications waiting for the
 // client.
-func (l *listening) idleMessages(_ *session, buf []byte) []byte {
+func (l *Listening) IdleMessages(_ Session, buf []byte) []byte {
 	return l.inbox.take(buf)
 }
 
 // has reports whether channel is among the committed channels.
-func (l *listening) has(channel string) bool {
+func (l *Listening) has(channel string) bool {
 	for _, c := range l.channels {
 		if c == channel {
 			return true
@@ -154,57 +154,57 @@ func (l *listening) has(channel string) bool {
 }
 
 // apply carries out op now: a LISTEN returns once the listener listens.
-func (l *listening) apply(s *session, op listenOp) *pgError {
-	hub := s.srv.hub
+func (l *Listening) apply(s Session, op ListenOp) *pgerr.Error {
+	hub := s.Hub()
 	if op.unlisten && len(l.channels) > 0 {
 		// PostgreSQL gives an idle listener what was committed before its
 		// UNLISTEN: notifications on their way to the listener connection
 		// reach the client first.
-		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout)
-		s.offload(func() { _ = hub.Sync(ctx, s.database) })
+		ctx, cancel := context.WithTimeout(s.WaitContext(), s.App().WaitTimeout)
+		s.Offload(func() { _ = hub.Sync(ctx, s.Database()) })
 		cancel()
-		s.endWait()
+		s.EndWait()
 	}
 	switch {
 	case op.unlisten && op.channel == "*":
 		if len(l.channels) > 0 {
-			hub.UnlistenAll(s.database, l.inbox)
+			hub.UnlistenAll(s.Database(), l.inbox)
 		}
 		l.channels = nil
 	case op.unlisten:
 		for i, c := range l.channels {
 			if c == op.channel {
 				l.channels = append(l.channels[:i], l.channels[i+1:]...)
-				hub.Unlisten(s.database, c, l.inbox)
+				hub.Unlisten(s.Database(), c, l.inbox)
 				break
 			}
 		}
 	case !l.has(op.channel):
-		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout+s.srv.rc.Load().cfg.Server.ConnectTimeout)
+		ctx, cancel := context.WithTimeout(s.WaitContext(), s.App().WaitTimeout+s.Config().Server.ConnectTimeout)
 		var err error
 		listened := len(l.channels) > 0
-		s.offload(func() {
+		s.Offload(func() {
 			// A listener connection that died while this LISTEN waited
 			// delivered nothing to it: the LISTEN runs again on the next
 			// one. A client that listened already was told (Lost) and is
 			// being closed.
 			for range 3 {
-				err = hub.Listen(ctx, s.database, op.channel, l.inbox)
+				err = hub.Listen(ctx, s.Database(), op.channel, l.inbox)
 				if !errors.Is(err, listen.ErrListenerLost) || listened || l.inbox.isClosed() {
 					break
 				}
 			}
 		})
 		cancel()
-		s.endWait()
+		s.EndWait()
 		if err != nil {
-			if ke := s.killedBy(); ke != nil {
+			if ke := s.KilledBy(); ke != nil {
 				return ke
 			}
 			if errors.Is(err, context.Canceled) {
-				return errCanceled()
+				return pgerr.Canceled()
 			}
-			return &pgError{Code: "08006", Message: "lockpool: cannot listen on channel \"" + op.channel + "\": " + err.Error(),
+			return &pgerr.Error{Code: "08006", Message: "lockpool: cannot listen on channel \"" + op.channel + "\": " + err.Error(),
 				Hint: "lockpool's listener connection to the database could not listen; retry."}
 		}
 		l.channels = append(l.channels, op.channel)
@@ -212,98 +212,56 @@ func (l *listening) apply(s *session, op listenOp) *pgError {
 	return nil
 }
 
-// beforeCommit runs before a COMMIT of a block with LISTENs is sent:
-// PostgreSQL registers a LISTEN before its transaction commits, so
-// notifications committed from then on (the block's own among them)
-// reach the client. The client is subscribed to those channels now; should
-// the COMMIT not commit, ready takes the subscriptions back and drops what
-// they brought.
-func (s *session) beforeCommit(sql []byte) {
-	l := s.listeningOf()
-	if l == nil || l.savepoint(sql) || len(l.pending) == 0 || txcmd.Of(sql) != txcmd.Commit {
-		return
-	}
-	var channels []string
-	for _, op := range l.pending {
-		if !op.unlisten && op.savepoint == "" {
-			channels = append(channels, op.channel)
-		}
-	}
-	l.subscribeEarly(s, channels)
-}
-
-// subscribeEarly subscribes the client to the channels a transaction about
-// to commit LISTENs on (see beforeCommit); ready keeps or takes back the
-// subscriptions at its end.
-func (l *listening) subscribeEarly(s *session, channels []string) {
+// SubscribeEarly runs before a COMMIT of a block with LISTENs is sent
+// (channels: those of its LISTENs, PendingListens), or a Query or a Sync
+// that ends an implicit transaction with LISTENs in it: PostgreSQL
+// registers a LISTEN before its transaction commits, so notifications
+// committed from then on (the transaction's own among them) reach the
+// client. The client is subscribed to those channels now; Ready keeps the
+// subscriptions at the transaction's end or, should it not commit, takes
+// them back and drops what they brought.
+func (l *Listening) SubscribeEarly(s Session, channels []string) {
 	for _, c := range channels {
 		if l.has(c) || slices.Contains(l.early, c) {
 			continue
 		}
-		op := listenOp{channel: c}
-		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout+s.srv.rc.Load().cfg.Server.ConnectTimeout)
+		op := ListenOp{channel: c}
+		ctx, cancel := context.WithTimeout(s.WaitContext(), s.App().WaitTimeout+s.Config().Server.ConnectTimeout)
 		var err error
-		s.offload(func() { err = s.srv.hub.Listen(ctx, s.database, op.channel, l.inbox) })
+		s.Offload(func() { err = s.Hub().Listen(ctx, s.Database(), op.channel, l.inbox) })
 		cancel()
-		s.endWait()
+		s.EndWait()
 		if err != nil {
-			return // the commit's own Listen (ready) says it
+			return // the commit's own Listen (Ready) says it
 		}
 		l.early = append(l.early, op.channel)
 	}
 }
 
-// beforeImplicitCommit runs before a Query (f: its findings) or a Sync
-// (f nil) that ends an implicit transaction with LISTENs in it is sent:
-// see beforeCommit.
-func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
-	if s.status() != 'I' || s.app.listen != policy.Shared || s.app.sessionPool {
-		return
-	}
-	var channels []string
-	if f != nil {
-		for _, c := range f.State {
-			if c.Kind == rewrite.Listen && c.Stmt > 0 {
-				channels = append(channels, c.Name)
-			}
-		}
-	} else if l := s.listeningOf(); l != nil {
-		for _, op := range l.pending {
-			if !op.unlisten && op.savepoint == "" {
-				channels = append(channels, op.channel)
-			}
-		}
-	}
-	if len(channels) > 0 {
-		s.handler(kindListen).(*listening).subscribeEarly(s, channels)
-	}
-}
+// SavepointCmd is a savepoint command of a simple Query, as
+// Listening.Savepoint takes it.
+type SavepointCmd uint8
 
-// savepoint notes a SAVEPOINT, ROLLBACK TO SAVEPOINT or RELEASE of a
-// simple Query in the pending list, so that a rollback to a savepoint
-// drops the LISTENs and UNLISTENs made after it, as PostgreSQL does. It
-// reports whether sql was one.
-func (l *listening) savepoint(sql []byte) bool {
-	w, rest := txcmd.NextWord(sql)
-	switch {
-	case txcmd.WordIs(w, "savepoint"):
-		if name := savepointName(rest); name != "" {
-			l.pending = append(l.pending, listenOp{savepoint: name})
+// The savepoint commands.
+const (
+	SavepointSet      SavepointCmd = iota + 1 // SAVEPOINT name
+	SavepointRollback                         // ROLLBACK TO [SAVEPOINT] name
+	SavepointRelease                          // RELEASE [SAVEPOINT] name
+)
+
+// Savepoint notes a savepoint command of a simple Query in the pending
+// list, so that a rollback to a savepoint drops the LISTENs and UNLISTENs
+// made after it, as PostgreSQL does.
+func (l *Listening) Savepoint(cmd SavepointCmd, name string) {
+	switch cmd {
+	case SavepointSet:
+		if name != "" {
+			l.pending = append(l.pending, ListenOp{savepoint: name})
 		}
-	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
-		rollback := txcmd.WordIs(w, "rollback")
-		if rollback {
-			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
-				return false
-			}
-		}
-		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
-			rest = r2
-		}
-		name := savepointName(rest)
+	case SavepointRollback, SavepointRelease:
 		for i := len(l.pending) - 1; i >= 0; i-- {
 			if l.pending[i].savepoint == name {
-				if rollback {
+				if cmd == SavepointRollback {
 					l.pending = l.pending[:i+1] // the savepoint stays
 				} else {
 					l.pending = append(l.pending[:i], l.pending[i+1:]...)
@@ -311,47 +269,35 @@ func (l *listening) savepoint(sql []byte) bool {
 				break
 			}
 		}
-	default:
-		return false
 	}
-	return true
 }
 
-// savepointName reads a savepoint name: an identifier, lower-cased unless
-// quoted.
-func savepointName(b []byte) string {
-	i := 0
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	b = b[i:]
-	if len(b) > 0 && b[0] == '"' {
-		var out []byte
-		for j := 1; j < len(b); j++ {
-			if b[j] == '"' {
-				if j+1 < len(b) && b[j+1] == '"' {
-					out = append(out, '"')
-					j++
-					continue
-				}
-				return string(out)
-			}
-			out = append(out, b[j])
+// PendingListens are the channels the LISTENs of the open transaction
+// name (UNLISTENs left out), in order.
+func (l *Listening) PendingListens() []string {
+	var channels []string
+	for _, op := range l.pending {
+		if !op.unlisten && op.savepoint == "" {
+			channels = append(channels, op.channel)
 		}
-		return ""
 	}
-	j := 0
-	for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_' || b[j] >= '0' && b[j] <= '9' || b[j] == '$' || b[j] >= 0x80) {
-		j++
+	return channels
+}
+
+// Channels are the committed channels, in LISTEN order; nil for a nil
+// Listening.
+func (l *Listening) Channels() []string {
+	if l == nil {
+		return nil
 	}
-	return strings.ToLower(string(b[:j]))
+	return l.channels
 }
 
 // applyAll carries out the LISTENs and UNLISTENs of a committed
 // transaction by their net effect, as PostgreSQL applies them at commit: a
 // channel unlistened and listened again in one transaction is listened to
 // throughout (no notification is lost in between).
-func (l *listening) applyAll(s *session, pending []listenOp) *pgError {
+func (l *Listening) applyAll(s Session, pending []ListenOp) *pgerr.Error {
 	final := slices.Clone(l.channels)
 	changed := false
 	for _, op := range pending {
@@ -383,14 +329,14 @@ func (l *listening) applyAll(s *session, pending []listenOp) *pgError {
 	}
 	for i, c := range gone {
 		if i == 0 {
-			l.apply(s, listenOp{unlisten: true, channel: c}) // syncs first
+			l.apply(s, ListenOp{unlisten: true, channel: c}) // syncs first
 			continue
 		}
 		l.channels = slices.DeleteFunc(l.channels, func(x string) bool { return x == c })
-		s.srv.hub.Unlisten(s.database, c, l.inbox)
+		s.Hub().Unlisten(s.Database(), c, l.inbox)
 	}
 	for _, c := range added {
-		if pe := l.apply(s, listenOp{channel: c}); pe != nil {
+		if pe := l.apply(s, ListenOp{channel: c}); pe != nil {
 			return pe
 		}
 	}
@@ -398,14 +344,18 @@ func (l *listening) applyAll(s *session, pending []listenOp) *pgError {
 	return nil
 }
 
-// note records a LISTEN or UNLISTEN that ran inside a transaction.
-func (l *listening) note(op listenOp) { l.pending = append(l.pending, op) }
+// Note records a LISTEN or UNLISTEN that ran inside a transaction.
+func (l *Listening) Note(op ListenOp) { l.pending = append(l.pending, op) }
 
-// ready runs before a ReadyForQuery with status reaches the client: a
+// NoteError notes an error the server sent: the transaction did not
+// commit.
+func (l *Listening) NoteError() { l.failed = true }
+
+// Ready runs before a ReadyForQuery with status reaches the client: a
 // transaction that committed applies its LISTENs and UNLISTENs, one that
 // rolled back (or failed) drops them. A failure to listen at commit ends
 // the session: its LISTEN committed, and lockpool cannot honour it.
-func (l *listening) ready(s *session, status byte, failed bool) error {
+func (l *Listening) Ready(s Session, status byte, failed bool) error {
 	failed = failed || l.failed
 	rolledBack := l.rolledBack
 	l.failed, l.rolledBack = false, false
@@ -416,27 +366,27 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 	l.pending, l.expects, l.early = nil, nil, nil
 	if failed || rolledBack {
 		for _, e := range expects {
-			s.srv.hub.Withdraw(s.database, e.pid, l.inbox, e.channel, e.payload, e.any)
+			s.Hub().Withdraw(s.Database(), e.pid, l.inbox, e.channel, e.payload, e.any)
 		}
 		for _, c := range early {
 			if !l.has(c) {
-				s.srv.hub.Unlisten(s.database, c, l.inbox)
+				s.Hub().Unlisten(s.Database(), c, l.inbox)
 				l.inbox.drop(c)
 			}
 		}
 		return nil
 	}
 	for _, e := range expects {
-		s.srv.hub.Committed(s.database, e.pid, l.inbox, e.channel, e.payload, e.any)
+		s.Hub().Committed(s.Database(), e.pid, l.inbox, e.channel, e.payload, e.any)
 	}
 	if pe := l.applyAll(s, pending); pe != nil {
 		// The LISTEN committed and lockpool cannot honour it.
-		s.kill(pe.Fatal())
+		s.Kill(pe.Fatal())
 		return nil
 	}
 	for _, c := range early {
 		if !l.has(c) { // its LISTEN was rolled back to a savepoint, or unlistened after
-			s.srv.hub.Unlisten(s.database, c, l.inbox)
+			s.Hub().Unlisten(s.Database(), c, l.inbox)
 			l.inbox.drop(c)
 		}
 	}
@@ -449,30 +399,31 @@ func (l *listening) ready(s *session, status byte, failed bool) error {
 		// outside a transaction block. The listener connection has them
 		// once a round trip on it that started after the statement came
 		// is over.
-		ctx, cancel := context.WithTimeout(s.waitContext(), s.app.cfg.WaitTimeout)
-		s.offload(func() { _ = s.srv.hub.Sync(ctx, s.database) })
+		ctx, cancel := context.WithTimeout(s.WaitContext(), s.App().WaitTimeout)
+		s.Offload(func() { _ = s.Hub().Sync(ctx, s.Database()) })
 		cancel()
-		s.endWait()
+		s.EndWait()
 	}
 	return nil
 }
 
-// commandDone notes a statement's CommandComplete (tag with its NUL).
-func (l *listening) commandDone(s *session, tag []byte) {
+// CommandDone notes a statement's CommandComplete (tag with its NUL).
+func (l *Listening) CommandDone(s Session, tag []byte) {
 	switch string(tag) {
 	case "ROLLBACK\x00":
 		l.rolledBack = true
 	case "DISCARD ALL\x00":
 		// DISCARD ALL unlistens, and runs outside transaction blocks only.
-		_ = l.apply(s, listenOp{unlisten: true, channel: "*"})
+		_ = l.apply(s, ListenOp{unlisten: true, channel: "*"})
 	}
 }
 
-// expect registers the NOTIFYs of a statement the session sends on the
-// server connection with backend pid: the hub gives them to every
-// listening client with this client's key pid (see listen.Hub.Expect and
-// inbox.KeyPID).
-func (l *listening) expect(s *session, f *rewrite.Findings, pid uint32, args *wire.BindArgs) {
+// Expect registers the NOTIFYs of a statement (f: its findings) the
+// session sends on the server connection with backend pid, args the
+// Bind's arguments (nil: none): the hub gives them to every listening
+// client with this client's key pid (see listen.Hub.Expect and
+// inbox.KeyPID). Ready settles them at the transaction's end.
+func (l *Listening) Expect(s Session, f *rewrite.Findings, pid uint32, args *wire.BindArgs) {
 	if pid == 0 {
 		return
 	}
@@ -494,29 +445,8 @@ func (l *listening) expect(s *session, f *rewrite.Findings, pid uint32, args *wi
 			continue
 		}
 		l.expects = append(l.expects, e)
-		s.srv.hub.Expect(s.database, pid, l.inbox, channel, payload, any)
+		s.Hub().Expect(s.Database(), pid, l.inbox, channel, payload, any)
 	}
-}
-
-// expectNotifies registers the NOTIFYs of a statement about to be bound on
-// the attached server connection (f: its findings; nil: none).
-// bindTail, when not nil, is the Bind's tail: $n arguments of pg_notify are
-// taken from it.
-func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
-	// Registered whether or not anyone listens yet: a LISTEN may reach the
-	// listener connection before this transaction commits. ready settles
-	// them at the commit.
-	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.hub == nil {
-		return
-	}
-	var args *wire.BindArgs
-	if bindTail != nil {
-		args = new(wire.BindArgs)
-		if (wire.Bind{Tail: bindTail}).Args(args) != nil {
-			args = nil
-		}
-	}
-	s.handler(kindListen).(*listening).expect(s, f, s.link.sc.PID, args)
 }
 
 // notifyArg is pg_notify's argument $n as text (text, varchar and unknown
@@ -537,31 +467,34 @@ type expectKey struct {
 
 // listenStmt is a LISTEN or UNLISTEN, prepared.
 type listenStmt struct {
-	l      *listening
-	op     listenOp
+	l      *Listening
+	op     ListenOp
 	notice []byte // PostgreSQL's NOTICE that the channel name was cut (truncationNotice)
 }
 
-func (st *listenStmt) paramTypes() []uint32 { return nil }
+// ParamTypes implements Stmt.
+func (st *listenStmt) ParamTypes() []uint32 { return nil }
 
-func (st *listenStmt) describe(buf []byte, _ []int16) []byte {
+// Describe implements Stmt.
+func (st *listenStmt) Describe(buf []byte, _ []int16) []byte {
 	return append(buf, 'n', 0, 0, 0, 4) // NoData
 }
 
-func (st *listenStmt) bind(*session, *wire.BindArgs, []uint32) (localPortal, *pgError) {
+// Bind implements Stmt.
+func (st *listenStmt) Bind(Session, *wire.BindArgs, []uint32) (Portal, *pgerr.Error) {
 	return st, nil
 }
 
-// run takes effect at once when the statement is a transaction of its own
+// Run takes effect at once when the statement is a transaction of its own
 // (a simple Query outside a block); otherwise at the end of the
 // transaction it belongs to.
-func (st *listenStmt) run(s *session, _ []int16, withDesc bool) ([]byte, *pgError) {
-	if withDesc && s.status() == 'I' {
+func (st *listenStmt) Run(s Session, _ []int16, withDesc bool) ([]byte, *pgerr.Error) {
+	if withDesc && s.Status() == 'I' {
 		if pe := st.l.apply(s, st.op); pe != nil {
 			return nil, pe
 		}
 	} else {
-		st.l.note(st.op)
+		st.l.Note(st.op)
 	}
 	tag := "LISTEN"
 	if st.op.unlisten {
@@ -574,29 +507,33 @@ func (st *listenStmt) run(s *session, _ []int16, withDesc bool) ([]byte, *pgErro
 
 // channelsStmt is pg_listening_channels() as a whole statement.
 type channelsStmt struct {
-	l    *listening
+	l    *Listening
 	call *rewrite.LeaseCall
 }
 
-func (st *channelsStmt) paramTypes() []uint32 { return nil }
+// ParamTypes implements Stmt.
+func (st *channelsStmt) ParamTypes() []uint32 { return nil }
 
-func (st *channelsStmt) cols() []leaseCol {
+func (st *channelsStmt) cols() []column {
 	name := "pg_listening_channels"
 	if st.call.Alias != "" {
 		name = st.call.Alias
 	}
-	return []leaseCol{{name, oidText, -1}}
+	return []column{{name, oidText, -1}}
 }
 
-func (st *channelsStmt) describe(buf []byte, formats []int16) []byte {
+// Describe implements Stmt.
+func (st *channelsStmt) Describe(buf []byte, formats []int16) []byte {
 	return appendRowDescription(buf, st.cols(), formats)
 }
 
-func (st *channelsStmt) bind(*session, *wire.BindArgs, []uint32) (localPortal, *pgError) {
+// Bind implements Stmt.
+func (st *channelsStmt) Bind(Session, *wire.BindArgs, []uint32) (Portal, *pgerr.Error) {
 	return st, nil
 }
 
-func (st *channelsStmt) run(_ *session, formats []int16, withDesc bool) ([]byte, *pgError) {
+// Run implements Portal.
+func (st *channelsStmt) Run(_ Session, formats []int16, withDesc bool) ([]byte, *pgerr.Error) {
 	var buf []byte
 	cols := st.cols()
 	if withDesc {
@@ -610,67 +547,11 @@ func (st *channelsStmt) run(_ *session, formats []int16, withDesc bool) ([]byte,
 	return wire.FinishMsg(buf, start), nil
 }
 
-// listenEdits are the edits of a Query that LISTENs among other
-// statements: each LISTEN or UNLISTEN is sent as UNLISTEN * (its tag
-// restored, its effect noted at its CommandComplete), each
-// pg_listening_channels() call as the unnest of the session's channels.
-func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
-	if s.app.listen != policy.Shared || s.app.sessionPool {
-		return nil
-	}
-	var edits []sqlEdit
-	for _, c := range f.State {
-		if c.Kind != rewrite.Listen && c.Kind != rewrite.Unlisten || c.Stmt == 0 || c.Name == "" || c.End > len(sql) {
-			continue
-		}
-		op := &listenOp{unlisten: c.Kind == rewrite.Unlisten, channel: c.Name}
-		tag := "UNLISTEN"
-		if !op.unlisten {
-			tag = "LISTEN"
-		}
-		edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: "UNLISTEN *", fix: tagFix{stmt: c.Stmt, tag: tag, listen: op}})
-	}
-	if len(f.ChannelsCalls) > 0 {
-		var channels []string
-		if l := s.listeningOf(); l != nil {
-			channels = l.channels
-		}
-		text := channelsArray(channels)
-		for _, c := range f.ChannelsCalls {
-			if c.End <= len(sql) {
-				edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: text})
-			}
-		}
-	}
-	return edits
-}
-
-// channelsArray is the set-returning expression that stands for
-// pg_listening_channels().
-func channelsArray(channels []string) string {
-	var b strings.Builder
-	b.WriteString("pg_catalog.unnest(")
-	if len(channels) == 0 {
-		b.WriteString("'{}'")
-	} else {
-		b.WriteString("ARRAY[")
-		for i, c := range channels {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(escapedLiteral(c))
-		}
-		b.WriteByte(']')
-	}
-	b.WriteString("::pg_catalog.text[])")
-	return b.String()
-}
-
 // inbox is a session's notifications on their way from the hub's goroutine
 // to the session's: the listen.Subscriber of the session. Its lock guards
 // the queue; the session takes it whole at an idle point.
 type inbox struct {
-	s *session
+	s Session
 
 	mu     sync.Mutex
 	buf    []byte // NotificationResponse messages, encoded
@@ -683,9 +564,9 @@ func (in *inbox) Notify(n listen.Notification) {
 	s := in.s
 	pid := n.PID // the sender's key pid when the sender is a lockpool client (KeyPID)
 	if n.Own {
-		pid = s.pid
+		pid = s.PID()
 	}
-	limit := s.srv.rc.Load().cfg.Notifications.MaxPending
+	limit := s.Config().Notifications.MaxPending
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -699,8 +580,8 @@ func (in *inbox) Notify(n listen.Notification) {
 	if limit > 0 && len(in.buf) > limit {
 		in.closed, in.buf = true, nil
 		in.mu.Unlock()
-		s.srv.hub.CountClosed("max_pending")
-		s.kill(pgerr.Newf("53200", "Read notifications as they come (a client that LISTENs must keep reading), or raise notifications.max_pending.",
+		s.Hub().CountClosed("max_pending")
+		s.Kill(pgerr.Newf("53200", "Read notifications as they come (a client that LISTENs must keep reading), or raise notifications.max_pending.",
 			"lockpool: more than %d bytes of notifications are waiting for this client", limit).Fatal())
 		return
 	}
@@ -708,13 +589,13 @@ func (in *inbox) Notify(n listen.Notification) {
 	in.posted = true
 	in.mu.Unlock()
 	if post {
-		s.postDeliver()
+		s.WakeIdle()
 	}
 }
 
 // KeyPID is the client's key pid: the pid notifications its own
 // transactions send carry (listen.KeyPIDer).
-func (in *inbox) KeyPID() uint32 { return in.s.pid }
+func (in *inbox) KeyPID() uint32 { return in.s.PID() }
 
 // Lost implements listen.Subscriber: the listener connection died, so
 // notifications may have been missed; the client is closed as if its own
@@ -732,8 +613,8 @@ func (in *inbox) Lost(err error) {
 	if errors.As(err, &pge) && pge.Code == "57P01" {
 		code = "57P01"
 	}
-	in.s.kill(pgerr.Newf(code, "Notifications may have been missed: reconnect and LISTEN again.",
-		"lockpool: the listener connection of database %q was lost: %v", in.s.database, err).Fatal())
+	in.s.Kill(pgerr.Newf(code, "Notifications may have been missed: reconnect and LISTEN again.",
+		"lockpool: the listener connection of database %q was lost: %v", in.s.Database(), err).Fatal())
 }
 
 // isClosed reports that the inbox takes no more notifications.
@@ -778,35 +659,4 @@ func (in *inbox) close() {
 	in.mu.Lock()
 	in.closed, in.buf = true, nil
 	in.mu.Unlock()
-}
-
-// errDeliver ends an idle wait of a session (watchIdle) that has
-// notifications to write.
-var errDeliver = errors.New("notifications to deliver")
-
-// postDeliver asks the session's loop to write the waiting notifications
-// (any goroutine).
-func (s *session) postDeliver() {
-	s.link.mu.Lock()
-	l := s.link.loop
-	s.link.mu.Unlock()
-	if l != nil {
-		l.Post(s.deliverWake)
-	}
-}
-
-// deliverWake runs on the session's loop: a resting session is woken (its
-// turn writes the notifications at its idle point), one waiting idle on
-// its pinned server and its client (watchIdle) is interrupted to write
-// them. A session that runs writes them at its next idle point anyway.
-func (s *session) deliverWake() {
-	switch {
-	case s.ended:
-	case s.resting:
-		if s.loop.StopOnReadable(s.sock) {
-			s.loop.Go(s.resume)
-		}
-	case s.co != nil && s.watching:
-		s.co.Interrupt(errDeliver)
-	}
 }

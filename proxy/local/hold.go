@@ -1,8 +1,7 @@
-package proxy
+package local
 
 import (
 	"encoding/binary"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lockpool/lockpool/advisory"
-	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
@@ -26,12 +24,9 @@ import (
 // is handled as under pin (a fallback, counted and logged once per
 // statement text).
 
-// oidVoid is PostgreSQL's void type, the result of pg_advisory_lock and
-// pg_advisory_unlock_all.
-const oidVoid = 2278
-
-// holdApp is an application's hold metrics and fallback log.
-type holdApp struct {
+// HoldApp is an application's advisory_locks: hold metrics and fallback
+// log, shared by its sessions.
+type HoldApp struct {
 	held      prometheus.Gauge
 	wait      prometheus.Observer
 	fallbacks prometheus.Counter
@@ -69,8 +64,9 @@ func shapeOf(c *rewrite.AdvisoryCall) (heldShape, bool) {
 	return heldShape{}, false
 }
 
-// holdable reports whether lockpool answers the statement itself.
-func holdable(f *rewrite.Findings) bool {
+// Holdable reports whether lockpool answers the statement itself under
+// advisory_locks: hold.
+func Holdable(f *rewrite.Findings) bool {
 	if f.Hold == nil {
 		return false
 	}
@@ -78,8 +74,8 @@ func holdable(f *rewrite.Findings) bool {
 	return ok
 }
 
-// callsUnlock reports a session-level unlock among the statement's calls.
-func callsUnlock(f *rewrite.Findings) bool {
+// CallsUnlock reports a session-level unlock among the statement's calls.
+func CallsUnlock(f *rewrite.Findings) bool {
 	for _, fn := range f.Funcs {
 		if fn.Unlock() {
 			return true
@@ -88,13 +84,13 @@ func callsUnlock(f *rewrite.Findings) bool {
 	return false
 }
 
-// noteFallback counts a statement under hold that lockpool does not answer
-// itself, and logs its text the first time.
-func (s *session) noteFallback(d policy.Decision, sql string) {
-	if !d.Fallback || s.app.hold == nil {
+// NoteFallback counts a statement of application app under hold that
+// lockpool does not answer itself (the policy's decision d says so), and
+// logs its text to log the first time.
+func (h *HoldApp) NoteFallback(log *slog.Logger, app string, d policy.Decision, sql string) {
+	if !d.Fallback || h == nil {
 		return
 	}
-	h := s.app.hold
 	h.fallbacks.Inc()
 	h.mu.Lock()
 	_, seen := h.logged[sql]
@@ -103,7 +99,7 @@ func (s *session) noteFallback(d policy.Decision, sql string) {
 	}
 	h.mu.Unlock()
 	if !seen {
-		s.srv.log.Info("advisory_locks: hold falls back to pin for this statement (not one whole advisory call)", "app", s.app.cfg.Name, "statement", truncate(sql, 200))
+		log.Info("advisory_locks: hold falls back to pin for this statement (not one whole advisory call)", "app", app, "statement", truncate(sql, 200))
 	}
 }
 
@@ -114,65 +110,63 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// held is a session's held advisory locks: the hold kind's localHandler.
+// HoldKind is the kind of the advisory calls held under advisory_locks:
+// hold: a statement that is one whole call of a session-level advisory
+// function, with a result lockpool shapes itself, which the policy
+// answers (policy.Answer).
+func HoldKind() Kind {
+	return Kind{name: "hold", claims: heldClaims, open: openHeld}
+}
+
+// held is a session's held advisory locks: the hold kind's Handler.
 type held struct {
 	locks   *advisory.Session // nil until the first held call
 	counted int               // holds counted in lockpool_advisory_locks_held
 }
 
-func heldClaims(_ *session, _ *rewrite.Findings, d policy.Decision) bool {
+func heldClaims(_ Session, _ *rewrite.Findings, d policy.Decision) bool {
 	return d.Action == policy.Answer
 }
 
-func openHeld(*session) localHandler { return &held{} }
+func openHeld(Session) Handler { return &held{} }
 
 // session returns the session's held advisory locks, made at first use.
-func (h *held) session(s *session) (*advisory.Session, *pgError) {
-	if s.srv.locks == nil {
+func (h *held) session(s Session) (*advisory.Session, *pgerr.Error) {
+	m := s.Locks()
+	if m == nil {
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "Run lockpool with a lock manager.", "advisory_locks: hold is not available on this lockpool instance")
 	}
 	if h.locks == nil {
-		h.locks = s.srv.locks.NewSession(s.database, func() {
-			s.kill(pgerr.ConnectionLost(true).Fatal())
+		h.locks = m.NewSession(s.Database(), func() {
+			s.Kill(pgerr.ConnectionLost(true).Fatal())
 		})
-		h.locks.SetLabel(s.app.cfg.Name + " " + s.remote + " pid " + strconv.FormatUint(uint64(s.pid), 10))
+		h.locks.SetLabel(s.App().Name + " " + s.Remote() + " pid " + strconv.FormatUint(uint64(s.PID()), 10))
 	}
 	return h.locks, nil
 }
 
 // count brings lockpool_advisory_locks_held up to date with n holds.
-func (h *held) count(s *session, n int) {
-	if s.app.hold != nil && n != h.counted {
-		s.app.hold.held.Add(float64(n - h.counted))
+func (h *held) count(s Session, n int) {
+	if a := s.HoldApp(); a != nil && n != h.counted {
+		a.held.Add(float64(n - h.counted))
 	}
 	h.counted = n
 }
 
-// stopWait ends a wait in lockpool of a session that another goroutine
-// is closing (kill): a held lock's wait has no bound of its own, and the
-// session goroutine must get to its cleanup.
-func (s *session) stopWait() {
-	s.link.mu.Lock()
-	defer s.link.mu.Unlock()
-	if s.link.waiting {
-		s.link.stopWaitLocked()
-	}
-}
-
-// end releases the session's held locks when it ends.
-func (h *held) end(s *session) {
+// End releases the session's held locks when it ends.
+func (h *held) End(s Session) {
 	if h.locks == nil {
 		return
 	}
-	s.offload(h.locks.Close) // unlocks on the lock connections
+	s.Offload(h.locks.Close) // unlocks on the lock connections
 	h.count(s, 0)
 	h.locks = nil
 }
 
-// prepare implements localHandler. A Parse gets the parameter types
+// Prepare implements Handler. A Parse gets the parameter types
 // PostgreSQL gives the key expressions; a simple Query takes no
 // parameters.
-func (h *held) prepare(s *session, f *rewrite.Findings, _ string, rest []byte) (localStmt, *pgError) {
+func (h *held) Prepare(s Session, f *rewrite.Findings, _ string, rest []byte) (Stmt, *pgerr.Error) {
 	if rest == nil {
 		if f.Hold.MaxParam > 0 {
 			return nil, pgerr.New("42P02", "there is no parameter $"+strconv.Itoa(f.Hold.MaxParam), "")
@@ -198,9 +192,9 @@ func (h *held) prepare(s *session, f *rewrite.Findings, _ string, rest []byte) (
 			return nil, pe
 		}
 		var err error
-		ctx := s.waitContext()
-		s.offload(func() { types, err = hs.ParamTypes(ctx, f.Hold.Args, declared) })
-		s.endWait()
+		ctx := s.WaitContext()
+		s.Offload(func() { types, err = hs.ParamTypes(ctx, f.Hold.Args, declared) })
+		s.EndWait()
 		if err != nil {
 			pe, _ := pgerr.As(err)
 			return nil, pe
@@ -216,15 +210,17 @@ type heldStmt struct {
 	types []uint32 // parameter types PostgreSQL gave the key expressions
 }
 
-func (st *heldStmt) paramTypes() []uint32 { return append([]uint32(nil), st.types...) }
+// ParamTypes implements Stmt.
+func (st *heldStmt) ParamTypes() []uint32 { return append([]uint32(nil), st.types...) }
 
-func (st *heldStmt) describe(buf []byte, formats []int16) []byte {
+// Describe implements Stmt.
+func (st *heldStmt) Describe(buf []byte, formats []int16) []byte {
 	sh, _ := shapeOf(st.call)
-	return appendRowDescription(buf, []leaseCol{{heldColName(st.call), sh.oid, sh.size}}, formats)
+	return appendRowDescription(buf, []column{{heldColName(st.call), sh.oid, sh.size}}, formats)
 }
 
-// bind keeps the parameters as sent, for PostgreSQL to evaluate.
-func (st *heldStmt) bind(_ *session, a *wire.BindArgs, types []uint32) (localPortal, *pgError) {
+// Bind keeps the parameters as sent, for PostgreSQL to evaluate.
+func (st *heldStmt) Bind(_ Session, a *wire.BindArgs, types []uint32) (Portal, *pgerr.Error) {
 	if a == nil {
 		return &heldPortal{st: st}, nil
 	}
@@ -247,7 +243,8 @@ type heldPortal struct {
 	params advisory.Params
 }
 
-func (p *heldPortal) run(s *session, formats []int16, withDesc bool) ([]byte, *pgError) {
+// Run implements Portal.
+func (p *heldPortal) Run(s Session, formats []int16, withDesc bool) ([]byte, *pgerr.Error) {
 	return p.st.h.run(s, p.st.call, p.params, formats, withDesc)
 }
 
@@ -261,14 +258,14 @@ func heldColName(c *rewrite.AdvisoryCall) string {
 // run carries out a held call and encodes its result: RowDescription
 // (when withDesc), PostgreSQL's WARNING for an unlock of a key not held,
 // the row, CommandComplete.
-func (h *held) run(s *session, call *rewrite.AdvisoryCall, p advisory.Params, formats []int16, withDesc bool) ([]byte, *pgError) {
+func (h *held) run(s Session, call *rewrite.AdvisoryCall, p advisory.Params, formats []int16, withDesc bool) ([]byte, *pgerr.Error) {
 	hs, pe := h.session(s)
 	if pe != nil {
 		return nil, pe
 	}
 	sh, _ := shapeOf(call)
-	ctx := s.waitContext()
-	defer s.endWait()
+	ctx := s.WaitContext()
+	defer s.EndWait()
 	var key advisory.Key
 	null := false
 	if call.Func != rewrite.AdvisoryUnlockAll {
@@ -278,7 +275,7 @@ func (h *held) run(s *session, call *rewrite.AdvisoryCall, p advisory.Params, fo
 		}
 		if !ok {
 			var err error
-			s.offload(func() { key, null, err = hs.EvalKeys(ctx, call.Args, p) })
+			s.Offload(func() { key, null, err = hs.EvalKeys(ctx, call.Args, p) })
 			if err != nil {
 				pe, _ := pgerr.As(err)
 				return nil, pe
@@ -290,25 +287,25 @@ func (h *held) run(s *session, call *rewrite.AdvisoryCall, p advisory.Params, fo
 		mode = advisory.Shared
 	}
 	var result, isNull bool
-	var warn *pgError
+	var warn *pgerr.Error
 	var err error
 	switch {
 	case null:
 		isNull = true
 	case call.Func == rewrite.AdvisoryUnlockAll:
-		s.offload(func() { err = hs.UnlockAll() })
+		s.Offload(func() { err = hs.UnlockAll() })
 	case call.Func.Unlock():
-		s.offload(func() { result, warn, err = hs.Unlock(key, mode) })
+		s.Offload(func() { result, warn, err = hs.Unlock(key, mode) })
 	default:
 		try := call.Func.Try()
-		lim, lerr := s.lockLimits()
+		lim, lerr := s.LockLimits()
 		if lerr != nil {
 			return nil, lerr
 		}
 		start := time.Now()
-		s.offload(func() { result, err = hs.Lock(ctx, key, mode, try, lim) })
-		if !try && s.app.hold != nil {
-			s.app.hold.wait.Observe(time.Since(start).Seconds())
+		s.Offload(func() { result, err = hs.Lock(ctx, key, mode, try, lim) })
+		if a := s.HoldApp(); !try && a != nil {
+			a.wait.Observe(time.Since(start).Seconds())
 		}
 	}
 	h.count(s, hs.Held())
@@ -318,10 +315,10 @@ func (h *held) run(s *session, call *rewrite.AdvisoryCall, p advisory.Params, fo
 	}
 	var buf []byte
 	if withDesc {
-		buf = appendRowDescription(buf, []leaseCol{{heldColName(call), sh.oid, sh.size}}, formats)
+		buf = appendRowDescription(buf, []column{{heldColName(call), sh.oid, sh.size}}, formats)
 	}
 	if warn != nil {
-		buf = appendError(buf, 'N', warn)
+		buf = warn.AppendTo(buf, 'N')
 	}
 	buf = appendHeldRow(buf, sh, result, isNull, formatFor(formats, 0) == 1)
 	buf, start := wire.AppendHeader(buf, 'C')
@@ -361,124 +358,48 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 	return wire.FinishMsg(buf, start)
 }
 
-// lockLimits are the client's lock_timeout and statement_timeout as it set
-// them: its session values, or inside a transaction block the values in
-// force there (SET LOCAL included), read from its server connection. A
-// read that does not complete cleanly ends the session (a FATAL): the
-// connection's replies would be out of step, or lockpool's statement would
-// have failed the client's transaction behind its back.
-func (s *session) lockLimits() (advisory.Limits, *pgError) {
-	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
-	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
-		v, err := s.readTimeouts()
-		if err != nil {
-			return advisory.Limits{}, s.exchangeBroken(err)
-		}
-		lt, st = v[0], v[1]
-	}
-	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}, nil
+// HoldMetrics are the collectors of advisory_locks: hold, by application.
+type HoldMetrics struct {
+	held      *prometheus.GaugeVec
+	wait      *prometheus.HistogramVec
+	fallbacks *prometheus.CounterVec
 }
 
-// readTimeouts asks the client's server connection, idle inside the
-// client's transaction block, for lock_timeout and statement_timeout. Any
-// error leaves the link probing (cleanup destroys the connection).
-func (s *session) readTimeouts() ([2]string, error) {
-	var v [2]string
-	sc := s.link.sc
-	if err := s.link.to(linkProbing); err != nil {
-		return v, err
-	}
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
-		return v, err
-	}
-	rows := 0
-	var refused error
-	err := readUntilReady(sc, func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			rows++
-			dataRowColumns(body, func(i int, b []byte, null bool) {
-				if i < 2 && !null {
-					v[i] = string(b)
-				}
-			})
-		case 'E':
-			refused = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
-		}
-	})
-	switch {
-	case err != nil:
-		return v, err
-	case refused != nil:
-		return v, refused // the client's transaction failed with it
-	case rows != 1:
-		return v, fmt.Errorf("%w: %d rows for lock_timeout and statement_timeout", errServerProtocol, rows)
-	}
-	return v, s.link.to(linkAttached)
-}
-
-// gucDuration parses a time setting as PostgreSQL shows or accepts it
-// ("0", "250", "250ms", "1s", "2min", "1h", "1d"; no unit: milliseconds).
-func gucDuration(v string) time.Duration {
-	v = strings.TrimSpace(strings.Trim(strings.TrimSpace(v), "'"))
-	i := 0
-	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
-		i++
-	}
-	n, err := strconv.ParseFloat(v[:i], 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	unit := time.Millisecond
-	switch strings.TrimSpace(v[i:]) {
-	case "us":
-		unit = time.Microsecond
-	case "s":
-		unit = time.Second
-	case "min":
-		unit = time.Minute
-	case "h":
-		unit = time.Hour
-	case "d":
-		unit = 24 * time.Hour
-	}
-	return time.Duration(n * float64(unit))
-}
-
-// newHoldApp makes an application's hold metrics.
-func newHoldApp(m *metrics, app string) *holdApp {
-	return &holdApp{
-		held:      m.heldLocks.WithLabelValues(app),
-		wait:      m.heldWait.WithLabelValues(app),
-		fallbacks: m.heldFallbacks.WithLabelValues(app),
-		logged:    map[string]struct{}{},
-	}
-}
-
-// holdMetrics are the collectors of advisory_locks: hold.
-func holdMetrics() (held *prometheus.GaugeVec, wait *prometheus.HistogramVec, fallbacks *prometheus.CounterVec) {
-	held = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+// NewHoldMetrics makes the collectors of advisory_locks: hold,
+// unregistered (Collectors).
+func NewHoldMetrics() *HoldMetrics {
+	held := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lockpool_advisory_locks_held", Help: "Session-level advisory locks lockpool holds for its clients on its lock connections (advisory_locks: hold), stacked holds counted, by application.",
 	}, []string{"app"})
-	wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "lockpool_advisory_lock_wait_seconds", Help: "Time blocking pg_advisory_lock calls held by lockpool waited, by application.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60},
 	}, []string{"app"})
-	fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+	fallbacks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockpool_advisory_lock_fallbacks_total", Help: "Statements touching session-level advisory functions that advisory_locks: hold could not answer itself and handled as under pin, by application.",
 	}, []string{"app"})
-	return held, wait, fallbacks
+	return &HoldMetrics{held: held, wait: wait, fallbacks: fallbacks}
 }
 
-// newLockManager builds the holder of advisory_locks: hold. Its lock
-// connections log in as lockpool's lease connections do (ownConnConfig).
-func newLockManager(cfg *config.Config, current func() *config.Config, log *slog.Logger) (*advisory.Manager, error) {
-	return advisory.New(advisory.Options{
-		MaxConnections: cfg.Locks.MaxConnections,
-		MaxWaiters:     cfg.Locks.MaxWaiters,
-		ConnConfig:     ownConnConfig(cfg, current),
-		Logger:         log,
-	})
+// Collectors are the collectors to register.
+func (m *HoldMetrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.held, m.wait, m.fallbacks}
+}
+
+// Show makes application app's series visible at zero.
+func (m *HoldMetrics) Show(app string) {
+	m.held.WithLabelValues(app)
+	m.wait.WithLabelValues(app)
+	m.fallbacks.WithLabelValues(app)
+}
+
+// App makes the metrics and fallback log of application app, for the
+// sessions of an application under advisory_locks: hold.
+func (m *HoldMetrics) App(app string) *HoldApp {
+	return &HoldApp{
+		held:      m.held.WithLabelValues(app),
+		wait:      m.wait.WithLabelValues(app),
+		fallbacks: m.fallbacks.WithLabelValues(app),
+		logged:    map[string]struct{}{},
+	}
 }

@@ -1,0 +1,435 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockpool/lockpool/advisory"
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/pgerr"
+	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/listen"
+	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/local"
+	"github.com/lockpool/lockpool/proxy/txcmd"
+	"github.com/lockpool/lockpool/rewrite"
+)
+
+// The session as the kinds of package local see it (local.Session), and
+// the mechanics they use that belong to the session, its server link and
+// its loop: reading the client's lock limits on its server connection,
+// waking an idle session for its notifications, sending a statement on to
+// the server, signalling a client by its key pid. The listen kind's
+// handler is also told of the session's transactions here.
+
+// PID implements local.Session.
+func (s *session) PID() uint32 { return s.pid }
+
+// User implements local.Session.
+func (s *session) User() string { return s.user }
+
+// Database implements local.Session.
+func (s *session) Database() string { return s.database }
+
+// Remote implements local.Session.
+func (s *session) Remote() string { return s.remote }
+
+// App implements local.Session.
+func (s *session) App() *config.Application { return &s.app.cfg }
+
+// Config implements local.Session.
+func (s *session) Config() *config.Config { return s.srv.rc.Load().cfg }
+
+// ListenShared implements local.Session.
+func (s *session) ListenShared() bool { return s.app.listen == policy.Shared && !s.app.sessionPool }
+
+// HoldApp implements local.Session.
+func (s *session) HoldApp() *local.HoldApp { return s.app.hold }
+
+// Leases implements local.Session.
+func (s *session) Leases() local.LeaseStore { return s.srv.leases }
+
+// Locks implements local.Session.
+func (s *session) Locks() *advisory.Manager { return s.srv.locks }
+
+// Hub implements local.Session.
+func (s *session) Hub() *listen.Hub { return s.srv.hub }
+
+// Offload implements local.Session.
+func (s *session) Offload(fn func()) { s.offload(fn) }
+
+// WaitContext implements local.Session.
+func (s *session) WaitContext() context.Context { return s.waitContext() }
+
+// EndWait implements local.Session.
+func (s *session) EndWait() { s.endWait() }
+
+// Kill implements local.Session.
+func (s *session) Kill(pe *pgerr.Error) { s.kill(pe) }
+
+// KilledBy implements local.Session.
+func (s *session) KilledBy() *pgerr.Error { return s.killedBy() }
+
+// Status implements local.Session.
+func (s *session) Status() byte { return s.status() }
+
+// LockLimits implements local.Session.
+func (s *session) LockLimits() (advisory.Limits, *pgerr.Error) { return s.lockLimits() }
+
+// WakeIdle implements local.Session (postDeliver).
+func (s *session) WakeIdle() { s.postDeliver() }
+
+// noteFallback counts a statement under advisory_locks: hold that lockpool
+// does not answer itself, and logs its text the first time.
+func (s *session) noteFallback(d policy.Decision, sql string) {
+	s.app.hold.NoteFallback(s.srv.log, s.app.cfg.Name, d, sql)
+}
+
+// lockLimits are the client's lock_timeout and statement_timeout as it set
+// them: its session values, or inside a transaction block the values in
+// force there (SET LOCAL included), read from its server connection. A
+// read that does not complete cleanly ends the session (a FATAL): the
+// connection's replies would be out of step, or lockpool's statement would
+// have failed the client's transaction behind its back.
+func (s *session) lockLimits() (advisory.Limits, *pgerr.Error) {
+	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
+	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
+		v, err := s.readTimeouts()
+		if err != nil {
+			return advisory.Limits{}, s.exchangeBroken(err)
+		}
+		lt, st = v[0], v[1]
+	}
+	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}, nil
+}
+
+// readTimeouts asks the client's server connection, idle inside the
+// client's transaction block, for lock_timeout and statement_timeout. Any
+// error leaves the link probing (cleanup destroys the connection).
+func (s *session) readTimeouts() ([2]string, error) {
+	var v [2]string
+	sc := s.link.sc
+	if err := s.link.to(linkProbing); err != nil {
+		return v, err
+	}
+	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
+	defer sc.Net.SetDeadline(time.Time{})
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
+		return v, err
+	}
+	rows := 0
+	var refused error
+	err := readUntilReady(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'D':
+			rows++
+			dataRowColumns(body, func(i int, b []byte, null bool) {
+				if i < 2 && !null {
+					v[i] = string(b)
+				}
+			})
+		case 'E':
+			refused = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
+		}
+	})
+	switch {
+	case err != nil:
+		return v, err
+	case refused != nil:
+		return v, refused // the client's transaction failed with it
+	case rows != 1:
+		return v, fmt.Errorf("%w: %d rows for lock_timeout and statement_timeout", errServerProtocol, rows)
+	}
+	return v, s.link.to(linkAttached)
+}
+
+// gucDuration parses a time setting as PostgreSQL shows or accepts it
+// ("0", "250", "250ms", "1s", "2min", "1h", "1d"; no unit: milliseconds).
+func gucDuration(v string) time.Duration {
+	v = strings.TrimSpace(strings.Trim(strings.TrimSpace(v), "'"))
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		i++
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	unit := time.Millisecond
+	switch strings.TrimSpace(v[i:]) {
+	case "us":
+		unit = time.Microsecond
+	case "s":
+		unit = time.Second
+	case "min":
+		unit = time.Minute
+	case "h":
+		unit = time.Hour
+	case "d":
+		unit = 24 * time.Hour
+	}
+	return time.Duration(n * float64(unit))
+}
+
+// errDeliver ends an idle wait of a session (watchIdle) that has
+// notifications to write.
+var errDeliver = errors.New("notifications to deliver")
+
+// postDeliver asks the session's loop to write the waiting notifications
+// (any goroutine).
+func (s *session) postDeliver() {
+	s.link.mu.Lock()
+	l := s.link.loop
+	s.link.mu.Unlock()
+	if l != nil {
+		l.Post(s.deliverWake)
+	}
+}
+
+// deliverWake runs on the session's loop: a resting session is woken (its
+// turn writes the notifications at its idle point), one waiting idle on
+// its pinned server and its client (watchIdle) is interrupted to write
+// them. A session that runs writes them at its next idle point anyway.
+func (s *session) deliverWake() {
+	switch {
+	case s.ended:
+	case s.resting:
+		if s.loop.StopOnReadable(s.sock) {
+			s.loop.Go(s.resume)
+		}
+	case s.co != nil && s.watching:
+		s.co.Interrupt(errDeliver)
+	}
+}
+
+// Forward implements local.Session: the statement goes to the server as
+// the client sent it, an unnamed Parse of parse, a Bind of bind and an
+// Execute, whose rows, notices or error take its place in the reply order
+// (the ParseComplete and BindComplete are lockpool's, not passed on).
+func (s *session) Forward(parse, bind []byte) *pgerr.Error {
+	if err := s.toServer(replyParse, opSwallow); err != nil {
+		// attachFailed answers the call with the error, or ends the session.
+		if err := s.attachFailed(err, false, false); err != nil {
+			if pe, ok := pgerr.As(err); ok {
+				return pe
+			}
+			return pgerr.ConnectionLost(false).Fatal()
+		}
+		return nil
+	}
+	s.expect(reply{kind: replyBind, op: opSwallow})
+	s.expect(reply{kind: replyExecute, op: opPass})
+	s.sout = wire.AppendFrame(s.sout, 'P', append([]byte{0}, parse...))
+	s.sout = wire.AppendBind(s.sout, "", "", bind)
+	s.sout = wire.AppendExecute(s.sout, "", 0)
+	s.unnamedHere = false // the server's unnamed statement is no longer the client's
+	return nil
+}
+
+// ClientPID implements local.Session: a key pid, or a backend's pid a
+// client read (seenBy).
+func (s *session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
+	if isKeyPID(pid) {
+		return uint32(pid), true, true
+	}
+	key, ok = s.seenBy(pid)
+	return key, false, ok
+}
+
+// KeyPIDLive implements local.Session.
+func (s *session) KeyPIDLive(key uint32) bool { return s.srv.keyPIDLive(key) }
+
+// Signal implements local.Session: the caller is the session's user, an
+// admin when admin_users lists it (signalKeyPID).
+func (s *session) Signal(key uint32, terminate bool, timeout time.Duration) (local.SignalResult, error) {
+	return s.signalKeyPID(signalRequest{pid: key, terminate: terminate, timeout: timeout,
+		user: s.user, admin: s.srv.Config().IsAdmin(s.user)})
+}
+
+// listeningOf returns the session's listen handler, nil when it never
+// used LISTEN.
+func (s *session) listeningOf() *local.Listening {
+	if s.extras == nil {
+		return nil
+	}
+	l, _ := s.extras.local[kindListen].(*local.Listening)
+	return l
+}
+
+// listenHandler returns the session's listen handler, made at first use.
+func (s *session) listenHandler() *local.Listening {
+	return s.handler(kindListen).(*local.Listening)
+}
+
+// beforeCommit runs before a simple Query is sent (sql: its text): a
+// savepoint command is noted in the listen handler's pending list, and a
+// COMMIT of a block with LISTENs subscribes the client to their channels
+// first (local.Listening.SubscribeEarly).
+func (s *session) beforeCommit(sql []byte) {
+	l := s.listeningOf()
+	if l == nil {
+		return
+	}
+	if cmd, name, ok := savepointOf(sql); ok {
+		l.Savepoint(cmd, name)
+		return
+	}
+	if txcmd.Of(sql) == txcmd.Commit {
+		l.SubscribeEarly(s, l.PendingListens())
+	}
+}
+
+// savepointOf reads a SAVEPOINT, ROLLBACK TO [SAVEPOINT] or RELEASE
+// [SAVEPOINT] at the start of sql: the command and the savepoint's name;
+// ok is false for any other statement.
+func savepointOf(sql []byte) (cmd local.SavepointCmd, name string, ok bool) {
+	w, rest := txcmd.NextWord(sql)
+	switch {
+	case txcmd.WordIs(w, "savepoint"):
+		return local.SavepointSet, savepointName(rest), true
+	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
+		cmd = local.SavepointRelease
+		if txcmd.WordIs(w, "rollback") {
+			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
+				return 0, "", false
+			}
+			cmd = local.SavepointRollback
+		}
+		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
+			rest = r2
+		}
+		return cmd, savepointName(rest), true
+	}
+	return 0, "", false
+}
+
+// savepointName reads a savepoint name: an identifier, lower-cased unless
+// quoted.
+func savepointName(b []byte) string {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	b = b[i:]
+	if len(b) > 0 && b[0] == '"' {
+		var out []byte
+		for j := 1; j < len(b); j++ {
+			if b[j] == '"' {
+				if j+1 < len(b) && b[j+1] == '"' {
+					out = append(out, '"')
+					j++
+					continue
+				}
+				return string(out)
+			}
+			out = append(out, b[j])
+		}
+		return ""
+	}
+	j := 0
+	for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_' || b[j] >= '0' && b[j] <= '9' || b[j] == '$' || b[j] >= 0x80) {
+		j++
+	}
+	return strings.ToLower(string(b[:j]))
+}
+
+// beforeImplicitCommit runs before a Query (f: its findings) or a Sync
+// (f nil) that ends an implicit transaction with LISTENs in it is sent:
+// the client is subscribed to their channels first, as before a COMMIT
+// (beforeCommit).
+func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
+	if s.status() != 'I' || !s.ListenShared() {
+		return
+	}
+	var channels []string
+	if f != nil {
+		for _, c := range f.State {
+			if c.Kind == rewrite.Listen && c.Stmt > 0 {
+				channels = append(channels, c.Name)
+			}
+		}
+	} else if l := s.listeningOf(); l != nil {
+		channels = l.PendingListens()
+	}
+	if len(channels) > 0 {
+		s.listenHandler().SubscribeEarly(s, channels)
+	}
+}
+
+// expectNotifies registers the NOTIFYs of a statement about to be bound on
+// the attached server connection (f: its findings; nil: none).
+// bindTail, when not nil, is the Bind's tail: $n arguments of pg_notify are
+// taken from it.
+func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
+	// Registered whether or not anyone listens yet: a LISTEN may reach the
+	// listener connection before this transaction commits. Ready settles
+	// them at the commit.
+	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.hub == nil {
+		return
+	}
+	var args *wire.BindArgs
+	if bindTail != nil {
+		args = new(wire.BindArgs)
+		if (wire.Bind{Tail: bindTail}).Args(args) != nil {
+			args = nil
+		}
+	}
+	s.listenHandler().Expect(s, f, s.link.sc.PID, args)
+}
+
+// listenEdits are the edits of a Query that LISTENs among other
+// statements: each LISTEN or UNLISTEN is sent as UNLISTEN * (its tag
+// restored, its effect noted at its CommandComplete), each
+// pg_listening_channels() call as the unnest of the session's channels.
+func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
+	if !s.ListenShared() {
+		return nil
+	}
+	var edits []sqlEdit
+	for _, c := range f.State {
+		if c.Kind != rewrite.Listen && c.Kind != rewrite.Unlisten || c.Stmt == 0 || c.Name == "" || c.End > len(sql) {
+			continue
+		}
+		unlisten := c.Kind == rewrite.Unlisten
+		op := local.NewListenOp(unlisten, c.Name)
+		tag := "UNLISTEN"
+		if !unlisten {
+			tag = "LISTEN"
+		}
+		edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: "UNLISTEN *", fix: tagFix{stmt: c.Stmt, tag: tag, listen: &op}})
+	}
+	if len(f.ChannelsCalls) > 0 {
+		text := channelsArray(s.listeningOf().Channels())
+		for _, c := range f.ChannelsCalls {
+			if c.End <= len(sql) {
+				edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: text})
+			}
+		}
+	}
+	return edits
+}
+
+// channelsArray is the set-returning expression that stands for
+// pg_listening_channels().
+func channelsArray(channels []string) string {
+	var b strings.Builder
+	b.WriteString("pg_catalog.unnest(")
+	if len(channels) == 0 {
+		b.WriteString("'{}'")
+	} else {
+		b.WriteString("ARRAY[")
+		for i, c := range channels {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(escapedLiteral(c))
+		}
+		b.WriteByte(']')
+	}
+	b.WriteString("::pg_catalog.text[])")
+	return b.String()
+}
