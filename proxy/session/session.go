@@ -1,10 +1,11 @@
-package proxy
+package session
 
 import (
 	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime/debug"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
@@ -53,7 +56,7 @@ type sessionExtras struct {
 }
 
 // more returns the session's extras, made at the first call.
-func (s *session) more() *sessionExtras {
+func (s *Session) more() *sessionExtras {
 	if s.extras == nil {
 		s.extras = new(sessionExtras)
 	}
@@ -67,8 +70,8 @@ var errSessionEnd = errors.New("session ended")
 // coroutine, which reads the client, writes the server, and relays the
 // server's replies; the few things other goroutines see live in link (the
 // server link, under its own lock) and out (the client socket).
-type session struct {
-	srv      *Server
+type Session struct {
+	srv      *Shared
 	loop     *evloop.Loop // the loop that runs the session
 	co       *evloop.Co   // the coroutine running it now (nil while it rests)
 	sock     *evloop.Conn // the client's socket (below TLS, if any)
@@ -80,7 +83,7 @@ type session struct {
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
-	app      *appState
+	app      *App
 	user     string
 	database string
 	remote   string
@@ -148,15 +151,15 @@ type session struct {
 	served       atomic.Bool
 }
 
-func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
+func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *App, user, database string, params map[string]string) *Session {
 	// Carry over whatever the client sent after its login (pipelined
 	// statements) into the session's own reader.
 	var early []byte
 	if n := br.Buffered(); n > 0 {
 		early, _ = br.Peek(n)
 	}
-	s := &session{
-		srv: srv, conn: conn, r: wire.NewReader(conn, srv.bufs, early), app: as, user: user, database: database,
+	s := &Session{
+		srv: srv, conn: conn, r: wire.NewReader(conn, srv.Bufs, early), app: as, user: user, database: database,
 		remote: conn.RemoteAddr().String(), txStatus: 'I',
 	}
 	s.out.conn = conn
@@ -172,7 +175,7 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 // run is the session's first coroutine: it binds the client's socket to co
 // (the loop adopts it) and serves the client; done runs when the session
 // has ended and cleaned up.
-func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
+func (s *Session) Run(co *evloop.Co, sock *evloop.Conn, done func()) {
 	s.done = done
 	s.wakeFn = s.wake // made once: a method value allocates
 	s.link.mu.Lock()
@@ -186,10 +189,10 @@ func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
 // resting session (idle, holding no server connection, nothing buffered)
 // has no coroutine and no stack: its loop starts a new coroutine on resume
 // when the client's socket becomes readable.
-func (s *session) resume(co *evloop.Co) {
+func (s *Session) resume(co *evloop.Co) {
 	s.co, s.resting = co, false
 	if err := s.sock.Bind(co); err != nil {
-		s.srv.log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
+		s.srv.Log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
 	}
 	for !s.turn() {
 		s.mustRead = true // unless it rests below: the client spoke meanwhile
@@ -207,7 +210,7 @@ func (s *session) resume(co *evloop.Co) {
 // wake resumes a resting session whose client's socket became readable:
 // it reads at once, into a borrowed buffer, rather than asking whether it
 // may rest again (a peek) and reading one byte without a buffer first.
-func (s *session) wake(co *evloop.Co) {
+func (s *Session) wake(co *evloop.Co) {
 	s.mustRead = true
 	s.r.Borrow()
 	s.resume(co)
@@ -216,7 +219,7 @@ func (s *session) wake(co *evloop.Co) {
 // interrupt ends the session with pe (a FATAL), on the loop goroutine: a
 // running coroutine's current (or next) socket wait returns pe; a resting
 // session is woken to say it.
-func (s *session) interrupt(pe *pgError) {
+func (s *Session) interrupt(pe *pgError) {
 	switch {
 	case s.ended:
 	case s.resting:
@@ -235,25 +238,25 @@ func (s *session) interrupt(pe *pgError) {
 
 // restable reports whether the session may rest: idle, with no server
 // connection and nothing owed, on an adopted socket.
-func (s *session) restable() bool {
+func (s *Session) restable() bool {
 	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.copyIn &&
 		s.r.Buffered() == 0 && s.killed == nil && !s.mustRead
 }
 
 // turn reads and handles client messages until the session ends (true:
 // it cleaned up) or may rest (false).
-func (s *session) turn() (ended bool) {
+func (s *Session) turn() (ended bool) {
 	defer func() {
 		// A bug in one session ends that session, never the process.
 		if v := recover(); v != nil {
-			s.srv.log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
+			s.srv.Log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
 			s.out.end(nil, &pgError{Code: "XX000", Message: "lockpool: internal error", Hint: "This is a bug in lockpool; the connection is closed."})
 			ended = true
 		}
 		if ended {
 			s.ended = true
 			s.cleanup()
-			s.srv.unadmit(s.app)
+			s.srv.Host.Unadmit(s.app)
 			s.app.clients.Dec()
 			if s.done != nil {
 				s.done()
@@ -264,7 +267,7 @@ func (s *session) turn() (ended bool) {
 		s.end(pe)
 		return true
 	}
-	cfg := s.srv.rc.Load().cfg
+	cfg := s.srv.Host.Config()
 	maxMsg := cfg.MaxMessageSize
 	s.idleTx = cfg.IdleTransactionTimeout
 	for {
@@ -313,7 +316,7 @@ func (s *session) turn() (ended bool) {
 }
 
 // dispatch handles one client message.
-func (s *session) dispatch(typ byte, n int) error {
+func (s *Session) dispatch(typ byte, n int) error {
 	if s.localTx != 0 {
 		return s.inLocalFailedTx(typ, n)
 	}
@@ -371,7 +374,7 @@ func (s *session) dispatch(typ byte, n int) error {
 // copyMayStart reports whether the server may still answer a statement
 // sent on the session's connection with a CopyInResponse: the last reply
 // owed is a Query's or an Execute's.
-func (s *session) copyMayStart() bool {
+func (s *Session) copyMayStart() bool {
 	if s.link.sc == nil {
 		return false
 	}
@@ -381,7 +384,7 @@ func (s *session) copyMayStart() bool {
 
 // markExecuted records that the client ran a statement (a load, no store,
 // after the first).
-func (s *session) markExecuted() {
+func (s *Session) markExecuted() {
 	if !s.executed.Load() {
 		s.executed.Store(true)
 	}
@@ -389,7 +392,7 @@ func (s *session) markExecuted() {
 
 // end finishes a session that must stop: a FATAL error is the last thing
 // the client gets, then its connection is closed.
-func (s *session) end(err error) {
+func (s *Session) end(err error) {
 	var pe *pgError
 	switch {
 	case errors.Is(err, errSessionEnd):
@@ -399,7 +402,7 @@ func (s *session) end(err error) {
 	case errors.Is(err, wire.ErrProtocol):
 		pe = pgerr.Protocol("%v", err)
 	default:
-		s.srv.log.Debug("session ended", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Debug("session ended", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 		s.out.end(nil, nil)
 		return
 	}
@@ -413,14 +416,14 @@ func isTimeout(err error) bool {
 
 // idleInTransaction reports whether the client is idle inside a
 // transaction block on its server connection.
-func (s *session) idleInTransaction() bool {
+func (s *Session) idleInTransaction() bool {
 	return s.link.sc != nil && s.txStatus != 'I' && s.q.len() == 0
 }
 
 // idle prepares for a wait on the client: a pinned session's server is
 // watched meanwhile (notifications, its death: watchIdle), and a client
 // idle inside a transaction gets idle_transaction_timeout to speak.
-func (s *session) idle() error {
+func (s *Session) idle() error {
 	if s.copyIn && s.link.sc != nil {
 		return s.watchCopy()
 	}
@@ -439,16 +442,16 @@ func (s *session) idle() error {
 // body reads and consumes the n-byte body of the message whose header was
 // just read. It aliases the reader's buffer (or its scratch buffer for a
 // large message) and is valid until the next read from the client.
-func (s *session) body(n int) ([]byte, error) { return s.r.Body(n) }
+func (s *Session) body(n int) ([]byte, error) { return s.r.Body(n) }
 
-func (s *session) discard(n int) error {
+func (s *Session) discard(n int) error {
 	_, err := s.r.Discard(n)
 	return err
 }
 
 // attach takes a server connection for this session if it has none, with
 // a pin slot when a statement wants one (wantSlot).
-func (s *session) attach() error {
+func (s *Session) attach() error {
 	if s.link.sc != nil {
 		return nil
 	}
@@ -464,13 +467,13 @@ func (s *session) attach() error {
 		if sc, err = s.acquireWithPin(); err != nil {
 			return err
 		}
-	} else if sc = s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness()); sc == nil {
+	} else if sc = s.srv.Pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness()); sc == nil {
 		var err error
 		ctx := s.waitContext()
 		if s.co != nil {
-			sc, err = s.srv.pool.AcquireParked(ctx, s.app.cfg.Name, s.database, parkedWait{s.co})
+			sc, err = s.srv.Pool.AcquireParked(ctx, s.app.cfg.Name, s.database, parkedWait{s.co})
 		} else {
-			sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
+			sc, err = s.srv.Pool.Acquire(ctx, s.app.cfg.Name, s.database)
 		}
 		s.endWait()
 		if err != nil {
@@ -506,27 +509,27 @@ func (s *session) attach() error {
 // session's loop, like a connection wait). The slot is the session's
 // (s.slot) from then on; attachFailed gives it back should the statement
 // not reach the server.
-func (s *session) acquireWithPin() (*pool.Conn, error) {
+func (s *Session) acquireWithPin() (*pool.Conn, error) {
 	s.wantSlot = false
 	ctx := s.waitContext()
 	var p pool.Parker
 	if s.co != nil {
 		p = parkedWait{s.co}
 	}
-	sc, err := s.srv.pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
+	sc, err := s.srv.Pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
 	s.endWait()
 	if err != nil {
 		s.needProbe, s.pinWant = false, ""
 		return nil, err
 	}
-	s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
+	s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.cfg.Name}
 	return sc, nil
 }
 
 // toServer attaches a server connection if needed and records the reply
 // the next message written to the server owes the client (none for kind
 // 0). The caller then appends the message to sout.
-func (s *session) toServer(kind replyKind, op replyOp) error {
+func (s *Session) toServer(kind replyKind, op replyOp) error {
 	if err := s.attach(); err != nil {
 		return err
 	}
@@ -549,14 +552,14 @@ func (s *session) toServer(kind replyKind, op replyOp) error {
 
 // expect records one more reply for a message the caller appends itself
 // after toServer: the same rules, with a statement to forget on failure.
-func (s *session) expect(r reply) {
+func (s *Session) expect(r reply) {
 	s.q.push(r)
 	s.unsynced = true
 	s.askPending = false
 }
 
 // forwardBody forwards the n-byte body of a client message unchanged.
-func (s *session) forwardBody(typ byte, n int) error {
+func (s *Session) forwardBody(typ byte, n int) error {
 	s.sout = append(s.sout, typ, byte((n+4)>>24), byte((n+4)>>16), byte((n+4)>>8), byte(n+4))
 	if n <= s.r.Size() {
 		b, err := s.r.Peek(n)
@@ -586,7 +589,7 @@ func (s *session) forwardBody(typ byte, n int) error {
 }
 
 // writeServer writes the buffered messages to the attached server.
-func (s *session) writeServer() error {
+func (s *Session) writeServer() error {
 	if len(s.sout) == 0 {
 		return nil
 	}
@@ -638,7 +641,7 @@ func (s *session) writeServer() error {
 // flushBatch sends what the client asked for, relays the server's replies
 // to everything the server was asked to answer, and writes the client's
 // replies.
-func (s *session) flushBatch() error {
+func (s *Session) flushBatch() error {
 	if err := s.writeServer(); err != nil {
 		return err
 	}
@@ -651,7 +654,7 @@ func (s *session) flushBatch() error {
 }
 
 // flushClient writes the buffered replies to the client.
-func (s *session) flushClient() error {
+func (s *Session) flushClient() error {
 	if len(s.cout) == 0 {
 		return nil
 	}
@@ -669,7 +672,7 @@ func (s *session) flushClient() error {
 // every earlier message is answered and its reply queued for the client, so
 // that a reply lockpool makes itself can follow in order, and an error
 // earlier in the batch is known (then s.skipping is set).
-func (s *session) settle() error {
+func (s *Session) settle() error {
 	if s.link.sc == nil || s.q.server == 0 && len(s.sout) == 0 {
 		return nil
 	}
@@ -688,14 +691,14 @@ func (s *session) settle() error {
 
 // pushLocal queues lockpool's own reply; it is written as soon as every
 // reply before it was.
-func (s *session) pushLocal(b []byte, undo func()) {
+func (s *Session) pushLocal(b []byte, undo func()) {
 	s.q.push(reply{kind: replyLocal, local: b, undo: undo})
 	s.emitFront()
 }
 
 // emitFront moves lockpool's own replies that reached the front of the
 // queue to the client's buffer.
-func (s *session) emitFront() {
+func (s *Session) emitFront() {
 	for {
 		r := s.q.front()
 		if r == nil || r.kind != replyLocal {
@@ -707,7 +710,7 @@ func (s *session) emitFront() {
 }
 
 // status is the transaction status the client sees now.
-func (s *session) status() byte {
+func (s *Session) status() byte {
 	if s.localTx != 0 {
 		return s.localTx
 	}
@@ -721,7 +724,7 @@ func (s *session) status() byte {
 // stays connected and may retry; a statement that opens a transaction block
 // leaves it in a failed transaction, so that its next statements never run
 // outside the block it asked for.
-func (s *session) attachFailed(err error, simple, begins bool) error {
+func (s *Session) attachFailed(err error, simple, begins bool) error {
 	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// A pin slot taken for this statement must not outlive it: nothing
 		// ran, so nothing can be held.
@@ -742,7 +745,7 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 	case errors.Is(err, pool.ErrClosed):
 		pe = errShutdown()
 	default:
-		pe = serverLoginError(err, s.database, s.app).(*pgError)
+		pe = ServerLoginError(err, s.database, s.app).(*pgError)
 	}
 	if pe.Severity == "FATAL" {
 		return pe
@@ -755,7 +758,7 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.
-func (s *session) localError(pe *pgError, simple bool) error {
+func (s *Session) localError(pe *pgError, simple bool) error {
 	if ke := s.killedBy(); ke != nil {
 		return ke // as in fail
 	}
@@ -773,7 +776,7 @@ func (s *session) localError(pe *pgError, simple bool) error {
 // server's transaction states in agreement: with no server attached the
 // error is lockpool's own; otherwise the server raises it, so that the
 // server's transaction fails with it.
-func (s *session) fail(pe *pgError, simple bool) error {
+func (s *Session) fail(pe *pgError, simple bool) error {
 	if ke := s.killedBy(); ke != nil {
 		// A kill ended the wait that failed (it cancels waits in
 		// lockpool): its FATAL is the answer, not the cancel's error.
@@ -836,7 +839,7 @@ func analyze(body []byte) (f rewrite.Findings, mayHit bool) {
 }
 
 // decide maps findings to a policy decision for this session.
-func (s *session) decide(f *rewrite.Findings) policy.Decision {
+func (s *Session) decide(f *rewrite.Findings) policy.Decision {
 	if !f.Advisory && len(f.State) == 0 {
 		return policy.Decision{}
 	}
@@ -907,7 +910,7 @@ func stateReason(k rewrite.StateKind) string {
 
 // apply carries out a decision before the statement is forwarded. It
 // returns false when the statement was answered with an error instead.
-func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bool, error) {
+func (s *Session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bool, error) {
 	switch d.Action {
 	case policy.Refuse:
 		for _, fn := range f.Funcs {
@@ -927,7 +930,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 			// ahead of sessions that wait holding nothing (pool.AcquirePin).
 			ctx := s.waitContext()
 			var err error
-			s.offload(func() { err = s.srv.pool.AcquirePin(ctx, s.app.cfg.Name) })
+			s.offload(func() { err = s.srv.Pool.AcquirePin(ctx, s.app.cfg.Name) })
 			s.endWait()
 			if err != nil {
 				var pe *pgError
@@ -941,7 +944,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				}
 				return false, s.fail(pe, simple)
 			}
-			s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
+			s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.cfg.Name}
 		}
 		s.needProbe = true
 		if s.pinWant == "" {
@@ -956,7 +959,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 // liveness is how the pool checks an idle connection for this session:
 // from a coroutine, by what its loop's epoll reported (pool.Liveness);
 // otherwise nil (the pool peeks).
-func (s *session) liveness() pool.Liveness {
+func (s *Session) liveness() pool.Liveness {
 	if s.co == nil {
 		return nil
 	}
@@ -968,7 +971,7 @@ func (s *session) liveness() pool.Liveness {
 // PostgreSQL connection, a dial. Every such wait goes through offload, so
 // that a session driven by an event loop never stalls the other sessions of
 // its loop (see doc.go).
-func (s *session) offload(fn func()) {
+func (s *Session) offload(fn func()) {
 	if s.co == nil {
 		fn()
 		return
@@ -980,11 +983,11 @@ func (s *session) offload(fn func()) {
 // pin slot, a lease) that a CancelRequest ends; call endWait after.
 // The context is reused until a cancel request ends it, so a wait costs
 // no allocation.
-func (s *session) waitContext() context.Context {
+func (s *Session) waitContext() context.Context {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
 	if s.link.waitCtx == nil {
-		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.baseCtx)
+		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.Base)
 	}
 	s.link.waiting = true
 	s.link.waitCo = s.co
@@ -1001,7 +1004,7 @@ type parkedWait struct{ *evloop.Co }
 // WakesOnCancel implements pool.CancelParker.
 func (parkedWait) WakesOnCancel() bool { return true }
 
-func (s *session) endWait() {
+func (s *Session) endWait() {
 	s.link.mu.Lock()
 	s.link.waiting = false
 	s.link.waitCo = nil
@@ -1018,7 +1021,7 @@ func (s *session) endWait() {
 // finished meanwhile ignores a cancel that arrives while it is idle. The
 // link's lock is not held while the cancel connection is dialed: the
 // session's loop never waits on a dial.
-func (s *session) cancelRunning(ctx context.Context) {
+func (s *Session) CancelRunning(ctx context.Context) {
 	s.link.mu.Lock()
 	if s.link.waiting {
 		s.link.stopWaitLocked()
@@ -1031,8 +1034,8 @@ func (s *session) cancelRunning(ctx context.Context) {
 	s.link.cancelling = done
 	s.link.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := s.srv.pool.Cancel(cctx, sc); err != nil {
-		s.srv.log.Debug("cancel failed", "err", err)
+	if err := s.srv.Pool.Cancel(cctx, sc); err != nil {
+		s.srv.Log.Debug("cancel failed", "err", err)
 	}
 	cancel()
 	s.link.mu.Lock()
@@ -1043,14 +1046,14 @@ func (s *session) cancelRunning(ctx context.Context) {
 
 // awaitCancel waits (offloaded) until no cancel request for the client's
 // statement is in flight; see cancelRunning.
-func (s *session) awaitCancel() {
+func (s *Session) awaitCancel() {
 	if done := s.link.cancelInFlight(); done != nil {
 		s.offload(func() { <-done })
 	}
 }
 
 // onQuery handles a simple Query.
-func (s *session) onQuery(n int) error {
+func (s *Session) onQuery(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -1065,7 +1068,7 @@ func (s *session) onQuery(n int) error {
 	}
 	if !f.Hit() {
 		if mayHit && changesSchema(q.SQL) {
-			s.srv.stmts.retire()
+			s.srv.Stmts.retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			begins := txcmd.Of(q.SQL) == txcmd.Begin
@@ -1081,7 +1084,7 @@ func (s *session) onQuery(n int) error {
 		return s.answerQuery(h, &f, sql)
 	}
 	if changesSchema([]byte(sql)) {
-		s.srv.stmts.retire()
+		s.srv.Stmts.retire()
 	}
 	if deallocates(&f) && s.deallocate(&f, true) {
 		return nil
@@ -1092,8 +1095,8 @@ func (s *session) onQuery(n int) error {
 		return err
 	}
 	sql, tags := s.rewriteStatements(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
-	if f.LeaseFence && s.srv.leases != nil {
-		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
+	if f.LeaseFence && s.srv.Leases != nil {
+		sql = rewrite.RewriteFence(sql, s.srv.Leases.Schema())
 	}
 	s.trackSets(&f)
 	if tags != nil && len(f.State) > 0 {
@@ -1110,7 +1113,7 @@ func (s *session) onQuery(n int) error {
 }
 
 // onSync handles Sync.
-func (s *session) onSync(n int) error {
+func (s *Session) onSync(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
@@ -1142,7 +1145,7 @@ func (s *session) onSync(n int) error {
 }
 
 // onFlush handles Flush: the server sends what it has, and so does lockpool.
-func (s *session) onFlush(n int) error {
+func (s *Session) onFlush(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
@@ -1156,10 +1159,10 @@ func (s *session) onFlush(n int) error {
 // drain is called at shutdown (from another goroutine): an idle client is
 // told and closed now, a client inside a transaction at its end. After a
 // Handoff, a client that was not served a statement yet runs one first.
-func (s *session) drain() {
+func (s *Session) Drain() {
 	s.link.mu.Lock()
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
-	if !s.served.Load() && s.srv.handedOff.Load() {
+	if !s.served.Load() && s.srv.Host.HandedOff() {
 		// Idle, in a prepare round trip, or its first statement is on its way.
 		s.drainAfterTx.Store(true)
 		s.link.mu.Unlock()
@@ -1175,7 +1178,7 @@ func (s *session) drain() {
 // kill ends the session with a FATAL error (from another goroutine): its
 // loop interrupts it (interrupt), and the session writes the FATAL last and
 // cleans up. Before the session reached its loop, the FATAL is written here.
-func (s *session) kill(pe *pgError) {
+func (s *Session) kill(pe *pgError) {
 	s.link.mu.Lock()
 	l := s.link.loop
 	fatal := pe.Fatal()
@@ -1197,7 +1200,7 @@ func (s *session) kill(pe *pgError) {
 // stopWait ends a wait in lockpool of a session that another goroutine
 // is closing (kill): a held lock's wait has no bound of its own, and the
 // session goroutine must get to its cleanup.
-func (s *session) stopWait() {
+func (s *Session) stopWait() {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
 	if s.link.waiting {
@@ -1208,7 +1211,7 @@ func (s *session) stopWait() {
 // killedBy returns the FATAL of a kill of the session, or nil: the one the
 // loop delivered, or one on its way (a kill cancels the session's waits at
 // once and posts its interrupt to the loop).
-func (s *session) killedBy() *pgError {
+func (s *Session) killedBy() *pgError {
 	if s.killed != nil {
 		return s.killed
 	}
@@ -1222,7 +1225,7 @@ func (s *session) killedBy() *pgError {
 // block, did not complete cleanly: with the kill's FATAL when a kill ended
 // it, otherwise as a lost server connection (08006; the connection is
 // destroyed and the client's transaction is gone).
-func (s *session) exchangeBroken(err error) *pgError {
+func (s *Session) exchangeBroken(err error) *pgError {
 	if ke := s.killedBy(); ke != nil {
 		return ke
 	}
@@ -1234,8 +1237,8 @@ func (s *session) exchangeBroken(err error) *pgError {
 }
 
 // cleanup runs when the session ends, however it ends.
-func (s *session) cleanup() {
-	s.srv.unregister(s)
+func (s *Session) cleanup() {
+	s.srv.Host.Unregister(s)
 	s.link.mu.Lock()
 	s.link.stopWaitLocked()
 	s.link.mu.Unlock()
@@ -1266,8 +1269,8 @@ func (s *session) cleanup() {
 			// the backend notices its client is gone and ends now, not
 			// when the statement would have finished.
 			s.offload(func() {
-				ctx, cancel := context.WithTimeout(s.srv.baseCtx, 2*time.Second)
-				_ = s.srv.pool.Cancel(ctx, sc)
+				ctx, cancel := context.WithTimeout(s.srv.Base, 2*time.Second)
+				_ = s.srv.Pool.Cancel(ctx, sc)
 				cancel()
 			})
 			s.destroyServer(sc)
@@ -1280,5 +1283,37 @@ func (s *session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
-	s.srv.sessionEnded(s)
+	s.srv.Host.Ended(s)
+}
+
+// ServerLoginError turns a failure to reach the server at login into what
+// the client sees.
+func ServerLoginError(err error, database string, as *App) error {
+	var pge *pgconn.PgError
+	if errors.As(err, &pge) {
+		msg := pge.Message
+		if !strings.HasPrefix(msg, "lockpool:") {
+			msg = "lockpool: " + msg
+		}
+		hint := pge.Hint
+		switch pge.Code {
+		case "3D000":
+			msg = fmt.Sprintf("lockpool: database %q does not exist", database)
+			hint = "Check the database name in the connection string."
+		case "28P01", "28000":
+			hint = "lockpool could not log in to PostgreSQL with the password configured for this user; check users[].password."
+		case "57P01", "57P02", "57P03":
+			hint = "PostgreSQL ended lockpool's login to it (shutting down, restarting, or the backend was terminated); retry in a moment."
+		case "53300":
+			hint = "PostgreSQL has no connection slot free for lockpool (its max_connections); lower server.max_connections or raise PostgreSQL's."
+		}
+		if hint == "" {
+			hint = fmt.Sprintf("PostgreSQL answered lockpool's login to it with this error (SQLSTATE %s).", pge.Code)
+		}
+		return &pgError{Code: pge.Code, Message: msg, Hint: hint}
+	}
+	if errors.Is(err, pool.ErrWaitTimeout) {
+		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to read server parameters", as.cfg.Name), Hint: "Retry in a moment."}
+	}
+	return &pgError{Code: "08006", Message: "lockpool: cannot connect to the PostgreSQL server", Hint: "Check that PostgreSQL is running and reachable from lockpool.", Detail: err.Error()}
 }

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"fmt"
@@ -31,11 +31,11 @@ import (
 
 // activityViewEdits replaces each pg_stat_activity in a FROM list with
 // lockpool's view of it.
-func (s *session) activityViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
+func (s *Session) activityViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if len(f.ActivityViews) == 0 {
 		return nil
 	}
-	return viewEdits(f.ActivityViews, sql, s.srv.activityView(s.pid), "pg_stat_activity")
+	return viewEdits(f.ActivityViews, sql, s.srv.Host.ActivityView(s.pid), "pg_stat_activity")
 }
 
 // viewEdits replaces each reference refs to a catalog view in sql with
@@ -55,12 +55,14 @@ func viewEdits(refs []rewrite.ViewRef, sql, text, name string) []sqlEdit {
 	return edits
 }
 
-// activityView is the parenthesised query that stands for
-// pg_stat_activity (see activityViewEdits), as of now.
-func (s *Server) activityView(caller uint32) string {
+// ActivityView is the parenthesised query that stands for
+// pg_stat_activity (see activityViewEdits), given the pids of the server's
+// idle pooled connections and its clients; caller is the key pid of the
+// client whose statement reads it.
+func ActivityView(idle []uint32, clients []ClientView, caller uint32) string {
 	var b strings.Builder
 	b.WriteString("(SELECT a.* FROM pg_catalog.pg_stat_activity a")
-	if idle := s.pool.IdleConns(); len(idle) > 0 {
+	if len(idle) > 0 {
 		// The statement runs on one of them, taken from the pool after
 		// this text was made: its own row stays.
 		b.WriteString(" WHERE a.pid = pg_catalog.pg_backend_pid() OR a.pid <> ALL ('{")
@@ -68,13 +70,13 @@ func (s *Server) activityView(caller uint32) string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprint(&b, c.PID)
+			fmt.Fprint(&b, c)
 		}
 		b.WriteString("}'::pg_catalog.int4[])")
 	}
 	n := 0
-	for _, c := range s.clients() {
-		if c.link.attached || c.id == caller {
+	for _, c := range clients {
+		if c.Link.Attached || c.ID == caller {
 			continue // the caller's row is its server connection's
 		}
 		if n == 0 {
@@ -89,15 +91,15 @@ func (s *Server) activityView(caller uint32) string {
 		}
 		n++
 		state := "idle"
-		if c.link.waiting {
+		if c.Link.Waiting {
 			state = "active"
 		}
 		addr, port := "NULL", "-1" // a Unix socket, as PostgreSQL shows it
-		if ip := net.ParseIP(c.clientAddr); ip != nil {
-			addr, port = escapedLiteral(ip.String()), fmt.Sprint(c.clientPort)
+		if ip := net.ParseIP(c.Addr); ip != nil {
+			addr, port = escapedLiteral(ip.String()), fmt.Sprint(c.Port)
 		}
 		fmt.Fprintf(&b, "(%d, %s, %s, %s::pg_catalog.inet, %s, pg_catalog.to_timestamp(%d / 1e6), %s)",
-			c.id, escapedLiteral(c.database), escapedLiteral(c.user), addr, port, c.connected.UnixMicro(), escapedLiteral(state))
+			c.ID, escapedLiteral(c.Database), escapedLiteral(c.User), addr, port, c.Connected.UnixMicro(), escapedLiteral(state))
 	}
 	if n > 0 {
 		b.WriteString(") c(pid, datname, usename, addr, port, started, state) " +

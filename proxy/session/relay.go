@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func stateOf(sc *pool.Conn) *serverState {
 // everything it was asked to answer (s.asked), or the server waits for COPY
 // data from the client. At ReadyForQuery with nothing more owed it settles
 // the session (probe, read-back, give the connection back).
-func (s *session) pump() error {
+func (s *Session) pump() error {
 	sc := s.link.sc
 	r := sc.Reader
 	for s.asked > 0 && !s.copyIn && s.link.sc == sc {
@@ -101,7 +101,7 @@ func (s *session) pump() error {
 // readServerMessage reads the next server message when pump does not have
 // all of it buffered. A large DataRow or CopyData is streamed to the client
 // without being held (streamed: there is nothing more to handle).
-func (s *session) readServerMessage(r *wire.Reader) (typ byte, body []byte, streamed bool, err error) {
+func (s *Session) readServerMessage(r *wire.Reader) (typ byte, body []byte, streamed bool, err error) {
 	typ, n, err := wire.ReadHeader(r)
 	if err != nil {
 		return 0, nil, false, s.serverLost(err)
@@ -141,7 +141,7 @@ var errRefused = errors.New("the server refused lockpool's statement")
 
 // onServerMessage relays one server message and advances the reply queue.
 // body is valid only during the call.
-func (s *session) onServerMessage(typ byte, body []byte) error {
+func (s *Session) onServerMessage(typ byte, body []byte) error {
 	switch typ {
 	case 'N':
 		if !s.onSignalWarning(body) {
@@ -199,7 +199,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 }
 
 // relayReply relays a message that belongs to the front reply f.
-func (s *session) relayReply(f *reply, typ byte, body []byte) error {
+func (s *Session) relayReply(f *reply, typ byte, body []byte) error {
 	switch f.kind {
 	case replyQuery:
 		if typ == 'Z' {
@@ -221,7 +221,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return errServerProtocol
 		}
 		if f.kind == replyParse && f.added != "" {
-			s.srv.stmts.accepted(s.database, s.user, f.added)
+			s.srv.Stmts.accepted(s.database, s.user, f.added)
 		}
 		pass := f.op == opPass
 		s.dropServer()
@@ -274,7 +274,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 
 // onCommandComplete notes what a completed statement did to the session
 // and gives the client the command tag it must see (*body).
-func (s *session) onCommandComplete(f *reply, body *[]byte) {
+func (s *Session) onCommandComplete(f *reply, body *[]byte) {
 	if s.dropPrepared && droppedAll(*body) {
 		s.forgetPrepared()
 		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
@@ -297,7 +297,7 @@ func (s *session) onCommandComplete(f *reply, body *[]byte) {
 // connection, and for the client's statement the first time the client is
 // told. A check (opCheck) that finds the client was told otherwise marks the
 // client's statement stale.
-func (s *session) noteDescription(f *reply, typ byte, body []byte) {
+func (s *Session) noteDescription(f *reply, typ byte, body []byte) {
 	h := resultTypeHash(typ, body)
 	if f.srv != "" && s.link.st != nil {
 		if s.link.st.descs == nil {
@@ -381,7 +381,7 @@ func completionOf(k replyKind) byte {
 }
 
 // noteCopy notices the server waiting for COPY data.
-func (s *session) noteCopy(f *reply, typ byte) {
+func (s *Session) noteCopy(f *reply, typ byte) {
 	if typ == 'G' || typ == 'W' {
 		if !f.copyDone { // else the client already sent all of its data
 			s.copyIn = true
@@ -391,7 +391,7 @@ func (s *session) noteCopy(f *reply, typ byte) {
 
 // popServer removes the front entry (a server reply), undoing what it
 // registered when its message failed or was skipped.
-func (s *session) popServer(failed bool) reply {
+func (s *Session) popServer(failed bool) reply {
 	r := *s.q.front()
 	s.dropServer()
 	if failed {
@@ -402,14 +402,14 @@ func (s *session) popServer(failed bool) reply {
 
 // dropServer removes the front entry (a server reply that completed) when
 // nothing of it is needed any more: popServer without the copy.
-func (s *session) dropServer() {
+func (s *Session) dropServer() {
 	if s.q.drop() && s.asked > 0 {
 		s.asked--
 	}
 }
 
 // undo reverts the bookkeeping of a message whose reply never came.
-func (s *session) undo(r reply) {
+func (s *Session) undo(r reply) {
 	if r.added != "" && s.link.st != nil {
 		// The Parse failed or was skipped after an earlier error; a Close
 		// of the same name before it may have been skipped too, leaving
@@ -435,7 +435,7 @@ func (s *session) undo(r reply) {
 // onReady handles ReadyForQuery: entries before the boundary whose replies
 // never came (skipped after an error) are undone, and with nothing more
 // owed the session settles at this safe point.
-func (s *session) onReady(body []byte) error {
+func (s *Session) onReady(body []byte) error {
 	if len(body) != 1 {
 		return s.serverLost(errServerProtocol)
 	}
@@ -467,7 +467,7 @@ func (s *session) onReady(body []byte) error {
 // safePoint runs when the server owes nothing and the client's messages
 // are all answered: probe a session that may hold locks or state, read back
 // changed settings, and give the connection back unless pinned.
-func (s *session) safePoint() error {
+func (s *Session) safePoint() error {
 	sc := s.link.sc
 	cancelling, err := s.link.settle()
 	if err != nil {
@@ -496,7 +496,7 @@ func (s *session) safePoint() error {
 				// The server refused the read-back (the client's own
 				// statement_timeout, say): what the connection holds is
 				// unknown, so no other client may get it.
-				s.srv.log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 				sc.Broken = true
 			}
 		}
@@ -518,7 +518,7 @@ func (s *session) safePoint() error {
 				return err
 			}
 			if probe {
-				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 				held, reason = true, s.pinWant
 			}
 		}
@@ -552,7 +552,7 @@ func (s *session) safePoint() error {
 }
 
 // release gives the idle connection back to the pool.
-func (s *session) release() {
+func (s *Session) release() {
 	sc := s.link.detach()
 	s.asked = 0
 	if sc != nil {
@@ -563,7 +563,7 @@ func (s *session) release() {
 // insertReadyNotices puts the notices of the session's local handlers
 // (local.ReadyNoticer: leases the session lost) before the ReadyForQuery that
 // ends the reply.
-func (s *session) insertReadyNotices() {
+func (s *Session) insertReadyNotices() {
 	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
 		return
 	}
@@ -582,7 +582,7 @@ func (s *session) insertReadyNotices() {
 
 // onParameterStatus records a parameter the server reports changed while
 // the client runs: it is now the client's value.
-func (s *session) onParameterStatus(b []byte) {
+func (s *Session) onParameterStatus(b []byte) {
 	k, rest, ok := wire.CString(b)
 	if !ok {
 		return
@@ -602,7 +602,7 @@ func (s *session) onParameterStatus(b []byte) {
 }
 
 // setPinned applies a probe result.
-func (s *session) setPinned(held bool, reason string) {
+func (s *Session) setPinned(held bool, reason string) {
 	switch {
 	case held && !s.link.pinned:
 		if reason == "" {
@@ -631,7 +631,7 @@ func (s *session) setPinned(held bool, reason string) {
 // the server's FATAL (or lockpool's 08006) and its connection is closed, as
 // on a direct connection: nothing it sends after the loss runs. Otherwise the
 // loss is invisible.
-func (s *session) serverLost(err error) error {
+func (s *Session) serverLost(err error) error {
 	var handled drainError
 	if errors.As(err, &handled) {
 		return handled.err // drainServer ran serverLost (or the message's handling) already
@@ -665,12 +665,12 @@ func (s *session) serverLost(err error) error {
 	}
 	switch {
 	case errors.Is(err, errServerProtocol):
-		s.srv.log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
 	case sc != nil:
 		// Closed by PostgreSQL or the network: destroyServer counted it
 		// (pool.Conn.Gone), for one line for all the connections a
 		// restart closes.
-		s.srv.log.Debug("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
+		s.srv.Log.Debug("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
 	}
 	if !mustEnd {
 		s.txStatus = 'I'
@@ -691,7 +691,7 @@ func isConnError(err error) bool {
 // message while it relays what the server sends on its own (notifications,
 // notices, parameter changes) and notices the server's death: one wait in
 // the loop on both sockets.
-func (s *session) watchIdle() error {
+func (s *Session) watchIdle() error {
 	if err := s.flushClient(); err != nil {
 		return err
 	}
@@ -763,7 +763,7 @@ func (s *session) watchIdle() error {
 // it is still sending, as it would from PostgreSQL, not after its last row.
 // It returns when the client has something to read, or the COPY ended and
 // the rest of its reply was relayed.
-func (s *session) watchCopy() error {
+func (s *Session) watchCopy() error {
 	if err := s.flushClient(); err != nil {
 		return err
 	}
@@ -808,7 +808,7 @@ func (s *session) watchCopy() error {
 // ReadyForQuery that ends the last reply owed (false: read nothing more
 // during this write): the pump after the write reads that one and runs the
 // safe point. Its errors come back as drainError: already handled.
-func (s *session) drainServer() (bool, error) {
+func (s *Session) drainServer() (bool, error) {
 	sc := s.link.sc
 	if sc == nil {
 		return false, nil
@@ -860,7 +860,7 @@ func (s *session) drainServer() (bool, error) {
 }
 
 // drainFlush writes what drainServer relayed to the client.
-func (s *session) drainFlush() error {
+func (s *Session) drainFlush() error {
 	if err := s.flushClient(); err != nil {
 		return drainError{err}
 	}
@@ -903,19 +903,19 @@ func serverSock(sc *pool.Conn) *evloop.Conn {
 }
 
 // bindServer makes the session's coroutine the only user of sc's socket.
-func (s *session) bindServer(sc *pool.Conn) {
+func (s *Session) bindServer(sc *pool.Conn) {
 	sock := serverSock(sc)
 	if sock == nil || s.co == nil {
 		return
 	}
 	if err := sock.Bind(s.co); err != nil {
-		s.srv.log.Debug("server socket stays outside the event loop", "pid", sc.PID, "err", err)
+		s.srv.Log.Debug("server socket stays outside the event loop", "pid", sc.PID, "err", err)
 	}
 }
 
 // releaseServer gives sc back to the pool (after the unbinding that lets
 // another session's loop take it).
-func (s *session) releaseServer(sc *pool.Conn) {
+func (s *Session) releaseServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
 		if err := sock.Flush(); err != nil {
 			// Never seen: what a session writes is answered before it
@@ -924,16 +924,16 @@ func (s *session) releaseServer(sc *pool.Conn) {
 		}
 		sock.Unbind()
 	}
-	s.srv.pool.Release(sc)
+	s.srv.Pool.Release(sc)
 }
 
 // destroyServer closes sc and frees its slot.
-func (s *session) destroyServer(sc *pool.Conn) {
+func (s *Session) destroyServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
 		sock.DropDeferred() // nothing more is owed to a backend being closed
 		sock.Unbind()
 	}
-	s.srv.pool.Destroy(sc)
+	s.srv.Pool.Destroy(sc)
 }
 
 // probeSQL asks the server whether this backend still holds anything that
@@ -991,7 +991,7 @@ func probeConn(sc *pool.Conn, relay func(func(byte, []byte)) func(byte, []byte))
 // on the session's server connection (a probe, a settings read-back): a
 // notification that arrives meanwhile (listen: pin) is the client's and
 // goes to it, not to fn.
-func (s *session) relayNotifications(fn func(typ byte, body []byte)) func(typ byte, body []byte) {
+func (s *Session) relayNotifications(fn func(typ byte, body []byte)) func(typ byte, body []byte) {
 	return func(typ byte, body []byte) {
 		if typ == 'A' {
 			s.cout = wire.AppendFrame(s.cout, typ, body)
@@ -1035,7 +1035,7 @@ func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
 // serverGone records on the session's server connection that the server
 // ended it (reason: the FATAL's "SQLSTATE message"): when it is destroyed
 // the pool counts it among the connections lost (pool.Conn.Gone).
-func (s *session) serverGone(reason string) {
+func (s *Session) serverGone(reason string) {
 	if sc := s.link.sc; sc != nil && sc.Gone == "" {
 		sc.Gone = reason
 	}
@@ -1049,7 +1049,7 @@ func endsConnection(body []byte) bool {
 // resetServer cleans a server connection whose session ended while it was
 // pinned (or in session mode), so the next client finds nothing of it. It
 // reports whether the connection may be reused.
-func (s *session) resetServer(sc *pool.Conn) bool {
+func (s *Session) resetServer(sc *pool.Conn) bool {
 	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
 	defer sc.Net.SetDeadline(time.Time{})
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, "DISCARD ALL")); err != nil {

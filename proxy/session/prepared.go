@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"bytes"
@@ -40,18 +40,18 @@ func serverStmtName(parseRest []byte, epoch uint64) string {
 	return "lp_" + hex.EncodeToString(b[:])
 }
 
-func (s *session) maxPrepared() int {
+func (s *Session) maxPrepared() int {
 	if m := s.app.cfg.MaxPreparedStatements; m > 0 {
 		return m
 	}
 	return 200
 }
 
-// stmtCatalog is what a Server knows about server statements across
+// StmtCatalog is what a Server knows about server statements across
 // sessions: the current epoch, and which statements PostgreSQL accepted
 // for a database and user (their Parse cannot fail, so a client's Parse
 // of them may be answered before a server connection is attached).
-type stmtCatalog struct {
+type StmtCatalog struct {
 	epoch atomic.Uint64
 	mu    sync.Mutex
 	valid map[string]struct{} // database, user, server statement name
@@ -64,7 +64,7 @@ func catalogKey(database, user, srvName string) string {
 }
 
 // known reports whether PostgreSQL accepted srvName for database and user.
-func (c *stmtCatalog) known(database, user, srvName string) bool {
+func (c *StmtCatalog) known(database, user, srvName string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.valid[catalogKey(database, user, srvName)]
@@ -72,7 +72,7 @@ func (c *stmtCatalog) known(database, user, srvName string) bool {
 }
 
 // accepted records that PostgreSQL accepted srvName.
-func (c *stmtCatalog) accepted(database, user, srvName string) {
+func (c *StmtCatalog) accepted(database, user, srvName string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.valid == nil || len(c.valid) >= stmtCatalogMax {
@@ -83,7 +83,7 @@ func (c *stmtCatalog) accepted(database, user, srvName string) {
 
 // retire starts a new epoch: statements parsed from now on get new server
 // names, and nothing parsed before is known valid any more.
-func (c *stmtCatalog) retire() {
+func (c *StmtCatalog) retire() {
 	c.epoch.Add(1)
 	c.mu.Lock()
 	c.valid = nil
@@ -91,7 +91,7 @@ func (c *stmtCatalog) retire() {
 }
 
 // onParse handles Parse.
-func (s *session) onParse(n int) error {
+func (s *Session) onParse(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ func (s *session) onParse(n int) error {
 	f, mayHit := analyze(query)
 	schema := mayHit && changesSchema(query)
 	if schema {
-		s.srv.stmts.retire()
+		s.srv.Stmts.retire()
 	}
 	if len(name) == 0 && !f.Hit() {
 		slot := -1
@@ -138,7 +138,7 @@ func (s *session) onParse(n int) error {
 // to say about; rest is its query and types (aliasing body), slot the
 // parseMemo slot that remembers it (-1: none). When the session's unnamed
 // statement is already that slot's, nothing about it changes.
-func (s *session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool) error {
+func (s *Session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool) error {
 	m := s.plainParses
 	if slot < 0 || m.current != slot {
 		if s.unnamed != nil {
@@ -154,7 +154,7 @@ func (s *session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool
 
 // sendUnnamedParse sends the session's unnamed statement (s.unnamedParse,
 // as body has it) to the server.
-func (s *session) sendUnnamedParse(body []byte, begins bool) error {
+func (s *Session) sendUnnamedParse(body []byte, begins bool) error {
 	s.unnamedBegin = begins
 	if err := s.toServer(replyParse, opPass); err != nil {
 		return s.attachFailed(err, false, begins)
@@ -168,7 +168,7 @@ func (s *session) sendUnnamedParse(body []byte, begins bool) error {
 // has something to say about. It is a function of its own so that the
 // common Parse (unnamed, nothing found) allocates nothing: the findings
 // escape here.
-func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
+func (s *Session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
 	nameS := string(name)
 	restCopy := append([]byte(nil), rest...)
 	// A refusal is decided at Parse. A statement that may take a session
@@ -218,11 +218,11 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if _, exists := s.stmts[nameS]; exists {
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
-	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
+	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.Stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
 	if !bytes.Equal(clientRest, restCopy) {
 		st.client = clientRest
 	}
-	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
+	if s.link.sc == nil && s.srv.Stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
 		// on a server connection when the client first needs it there, and
@@ -238,11 +238,11 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 // serverParse is the Parse body (query and parameter types, rest) the
 // server gets for a client's: rest with lockpool's rewrites (f: its
 // findings; alone: see rewriteParse) and lease_fence's.
-func (s *session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
+func (s *Session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	rest = s.rewriteParse(rest, f, alone)
-	if f.LeaseFence && s.srv.leases != nil {
+	if f.LeaseFence && s.srv.Leases != nil {
 		query, tail, _ := wire.CString(rest)
-		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
+		q := rewrite.RewriteFence(string(query), s.srv.Leases.Schema())
 		rest = append(wire.AppendCString(nil, q), tail...)
 	}
 	return rest
@@ -263,7 +263,7 @@ func sessionDependent(f *rewrite.Findings) bool {
 // PostgreSQL the view and the function are read when the statement runs,
 // not when it was prepared. A changed text is another server statement,
 // prepared on the connection as any statement is at its first use there.
-func (s *session) refreshStmt(st *stmt) {
+func (s *Session) refreshStmt(st *stmt) {
 	if st.client == nil || !sessionDependent(&st.find) {
 		return
 	}
@@ -272,7 +272,7 @@ func (s *session) refreshStmt(st *stmt) {
 		return
 	}
 	st.parse = rest
-	st.srvName = serverStmtName(rest, s.srv.stmts.epoch.Load())
+	st.srvName = serverStmtName(rest, s.srv.Stmts.epoch.Load())
 }
 
 // timesStatements reports whether the client set a statement_timeout. Its
@@ -280,12 +280,12 @@ func (s *session) refreshStmt(st *stmt) {
 // times the extended-protocol messages up to the Sync as one statement, so
 // a client that is slow between its Parse and its Describe gets 57014
 // with the statement prepared, and must see the same through lockpool.
-func (s *session) timesStatements() bool {
+func (s *Session) timesStatements() bool {
 	return gucDuration(s.params.values()["statement_timeout"]) > 0
 }
 
 // forgetStmt drops a client statement that never came to be.
-func (s *session) forgetStmt(st *stmt) {
+func (s *Session) forgetStmt(st *stmt) {
 	if s.stmts[st.name] == st {
 		delete(s.stmts, st.name)
 	}
@@ -301,7 +301,7 @@ func appendHeaderBody(dst []byte, typ byte, head, body []byte) []byte {
 
 // prepareOnServer makes sure the attached server has st. When fromParse,
 // the client is owed a ParseComplete for it.
-func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
+func (s *Session) prepareOnServer(st *stmt, fromParse bool) error {
 	if err := s.attach(); err != nil {
 		return s.attachFailed(err, false, st.begins)
 	}
@@ -395,7 +395,7 @@ func errNoStmt(name []byte) *pgError {
 
 // onBind handles Bind: the statement's findings decide pins; a named
 // statement is prepared on this server first if needed and renamed.
-func (s *session) onBind(n int) error {
+func (s *Session) onBind(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -473,7 +473,7 @@ func (s *session) onBind(n int) error {
 }
 
 // onDescribe handles Describe.
-func (s *session) onDescribe(n int) error {
+func (s *Session) onDescribe(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -529,7 +529,7 @@ func (s *session) onDescribe(n int) error {
 
 // onClose handles Close. Closing a named statement forgets the client's
 // name; the server statement stays cached for reuse.
-func (s *session) onClose(n int) error {
+func (s *Session) onClose(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -567,7 +567,7 @@ func (s *session) onClose(n int) error {
 
 // onExecute handles Execute: a bound lease call is run by lockpool, any
 // other portal is the server's.
-func (s *session) onExecute(n int) error {
+func (s *Session) onExecute(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -598,7 +598,7 @@ func (s *session) onExecute(n int) error {
 // unnamed statement: after a Sync the connection may have gone to another
 // client, whose unnamed statement must never run for this one. The
 // client's last unnamed Parse is sent again when needed.
-func (s *session) ensureUnnamed() error {
+func (s *Session) ensureUnnamed() error {
 	if err := s.attach(); err != nil {
 		return s.attachFailed(err, false, s.unnamedBegin)
 	}
@@ -629,7 +629,7 @@ func deallocates(f *rewrite.Findings) bool {
 // protocol-level name is answered by lockpool; DEALLOCATE ALL and DISCARD
 // ALL forget the client's names and still go to the server. It reports
 // whether the statement was answered.
-func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
+func (s *Session) deallocate(f *rewrite.Findings, simple bool) bool {
 	for _, c := range f.State {
 		switch {
 		case c.Kind == rewrite.Deallocate && f.Statements == 1 && simple && s.status() != 'E':
@@ -656,7 +656,7 @@ func droppedAll(body []byte) bool {
 // the client's protocol-level statements are gone, as on PostgreSQL, and so
 // is every statement lockpool prepared on the connection. One that failed
 // (inside a transaction block, say) changes nothing.
-func (s *session) forgetPrepared() {
+func (s *Session) forgetPrepared() {
 	for k := range s.stmts {
 		delete(s.stmts, k)
 	}
@@ -676,7 +676,7 @@ func isStalePlan(body []byte) bool {
 // retireStale handles a stale-plan error of the server statement srvName on
 // the attached connection: it is closed there before its next use, and a
 // new epoch makes later Parses of any client prepare afresh.
-func (s *session) retireStale(srvName string) {
+func (s *Session) retireStale(srvName string) {
 	if st := s.link.st; st != nil {
 		delete(st.prepared, srvName)
 		delete(st.descs, srvName)
@@ -685,7 +685,7 @@ func (s *session) retireStale(srvName string) {
 		}
 		st.stale[srvName] = true
 	}
-	s.srv.stmts.retire()
+	s.srv.Stmts.retire()
 }
 
 // parseMemo remembers the last few unnamed Parses (query and parameter
@@ -756,7 +756,7 @@ func (m *parseMemo) add(rest []byte, begins bool) int {
 // (SQL PREPARE on a pinned session) follow. The expression keeps the
 // view's row type, whatever the server's version, and its name when the
 // query gives no alias.
-func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
+func (s *Session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if len(f.PreparedViews) == 0 {
 		return nil
 	}

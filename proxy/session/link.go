@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"context"
@@ -154,23 +154,6 @@ func (l *serverLink) setPin(pinned bool, reason string) {
 		l.pinnedSince = time.Time{}
 	}
 	l.mu.Unlock()
-}
-
-// linkView is a snapshot of a link for the admin server.
-type linkView struct {
-	attached    bool
-	backendPID  uint32
-	pinReason   string
-	pinnedSince time.Time
-}
-
-func (l *serverLink) view() linkView {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sc == nil {
-		return linkView{}
-	}
-	return linkView{attached: true, backendPID: l.sc.PID, pinReason: l.pinReason, pinnedSince: l.pinnedSince}
 }
 
 // pinSlot is a pin slot taken from the pool; Release is idempotent.

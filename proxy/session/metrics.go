@@ -1,14 +1,20 @@
-package proxy
+package session
 
 import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics holds the collectors the proxy owns. With a nil Registerer they
-// still work, unregistered.
-type metrics struct {
+// Metrics holds the collectors of the sessions' metrics. With a nil
+// Registerer they still work, unregistered.
+type Metrics struct {
 	clients  *prometheus.GaugeVec
 	pinned   *prometheus.GaugeVec
 	pins     *prometheus.CounterVec
@@ -19,8 +25,9 @@ type metrics struct {
 	hold *local.HoldMetrics // advisory_locks: hold
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics makes the collectors and registers them with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lockpool_client_connections", Help: "Client connections logged in, by application.",
 		}, []string{"app"}),
@@ -49,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // bindApp precomputes the children the hot path touches.
-func (m *metrics) bindApp(a *appState) {
+func (m *Metrics) bindApp(a *App) {
 	a.clients = m.clients.WithLabelValues(a.cfg.Name)
 	a.pins = m.pins.WithLabelValues(a.cfg.Name)
 	a.leaked = m.leaked.WithLabelValues(a.cfg.Name)
@@ -70,7 +77,8 @@ func (m *metrics) bindApp(a *appState) {
 	m.hold.Show(a.cfg.Name)
 }
 
-func (a *appState) rejected(fn string) {
+// rejected counts a call of fn refused by policy.
+func (a *App) rejected(fn string) {
 	if c, ok := a.rejectedCache.Load(fn); ok {
 		c.(prometheus.Counter).Inc()
 		return
@@ -78,4 +86,56 @@ func (a *appState) rejected(fn string) {
 	c := a.rejectedVec.WithLabelValues(a.cfg.Name, fn)
 	a.rejectedCache.Store(fn, c)
 	c.Inc()
+}
+
+// App is an application's configuration as the sessions use it.
+type App struct {
+	cfg           config.Application
+	advisory      policy.Mode
+	sessionState  policy.Mode
+	listen        policy.Mode // Shared, Pin or Reject
+	sessionPool   bool
+	clients       prometheus.Gauge
+	pins          prometheus.Counter
+	leaked        prometheus.Counter
+	prepHit       prometheus.Counter
+	prepMiss      prometheus.Counter
+	prepEvict     prometheus.Counter
+	pinnedGauge   *prometheus.GaugeVec
+	hold          *local.HoldApp // advisory_locks: hold metrics; nil under other policies
+	rejectedVec   *prometheus.CounterVec
+	rejectedCache sync.Map // function name -> prometheus.Counter
+	clientCount   *atomic.Int64
+	stats         *appStats // SHOW STATS counters (appstats.go)
+}
+
+// NewApp makes an application's state from its configuration; prev is
+// its state before a reload (nil: none), whose logged-in clients and
+// traffic counters carry over.
+func NewApp(a config.Application, m *Metrics, prev *App) (*App, error) {
+	adv, err := policy.ParseMode(a.AdvisoryLocks)
+	if err != nil {
+		return nil, err
+	}
+	st, err := policy.ParseMode(a.SessionState)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := policy.ParseMode(a.Listen)
+	if err != nil {
+		return nil, err
+	}
+	if a.Listen == "" {
+		lm = policy.Shared
+	}
+	as := &App{cfg: a, advisory: adv, sessionState: st, listen: lm, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
+	if prev != nil {
+		as.clientCount = prev.clientCount
+		as.stats = prev.stats
+	}
+	m.bindApp(as)
+	if adv == policy.Hold {
+		as.hold = m.hold.App(a.Name)
+	}
+	return as, nil
 }

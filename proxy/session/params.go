@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"fmt"
@@ -151,7 +151,7 @@ func validParamName(k string) bool {
 // stands only once the settings (then just those PostgreSQL applied before
 // it) passed the server's check, as on PostgreSQL, which applies each switch
 // as it reads it. err is lockpool's own refusal, reported at once.
-func (s *session) parseOptions(opts string, explicit []startupparam.Param) (settings []startupparam.Param, optErr, err error) {
+func (s *Session) ParseOptions(opts string, explicit []startupparam.Param) (settings []startupparam.Param, optErr, err error) {
 	settings, optErr = startupparam.ParseOptions(opts)
 	if optErr == nil {
 		settings = append(settings, explicit...)
@@ -159,13 +159,13 @@ func (s *session) parseOptions(opts string, explicit []startupparam.Param) (sett
 	if err := startupparam.CheckUnsupported(settings); err != nil {
 		return nil, nil, err
 	}
-	s.setStartupValues(settings, nil)
+	s.SetStartupValues(settings, nil)
 	return settings, optErr, nil
 }
 
 // appendStartupParams appends the ParameterStatus set a client gets at
 // login: the server's values, overridden by the client's own.
-func (s *session) appendStartupParams(buf []byte, srv map[string]string) []byte {
+func (s *Session) AppendStartupParams(buf []byte, srv map[string]string) []byte {
 	seen := make(map[string]bool, len(srv))
 	for k, v := range srv {
 		lk := lower(k)
@@ -196,7 +196,7 @@ func sqlLiteral(v string) string {
 // syncParams makes the server connection's parameters match the client's
 // before the client's first statement on it. It returns ParameterStatus
 // messages the client must see (values the server spelled differently).
-func (s *session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
+func (s *Session) syncParams(sc *pool.Conn, st *serverState) ([]byte, error) {
 	fp := s.params.fingerprint()
 	if st.synced == fp {
 		return nil, nil
@@ -314,7 +314,7 @@ func quoteGUC(k string) string {
 // one. The client is sent a ParameterStatus for each reported parameter
 // whose value differs from what it was last told. Runs on the relay with
 // the session's connection to itself, at a safe point.
-func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []string) error {
+func (s *Session) readBackSettings(sc *pool.Conn, st *serverState, names []string) error {
 	if st == nil {
 		return nil
 	}
@@ -420,7 +420,7 @@ func (s *session) readBackSettings(sc *pool.Conn, st *serverState, names []strin
 // insertBeforeReady puts messages into the client's output before the
 // ReadyForQuery that ends it, or after everything when it does not end with
 // one.
-func (s *session) insertBeforeReady(msgs []byte) {
+func (s *Session) insertBeforeReady(msgs []byte) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -454,7 +454,7 @@ func escapedLiteral(v string) string {
 // trackSets notes statements that may change the session's settings, so
 // the relay reads them back once the statement's transaction is over.
 // SET LOCAL ends with its transaction.
-func (s *session) trackSets(f *rewrite.Findings) {
+func (s *Session) trackSets(f *rewrite.Findings) {
 	if len(f.Sets) == 0 && !hasSetConfig(f) {
 		return
 	}
@@ -492,4 +492,22 @@ func hasSetConfig(f *rewrite.Findings) bool {
 		}
 	}
 	return false
+}
+
+// setStartupValues makes the session's parameters (and what RESET ALL
+// returns to) the settings of seq applied in order, so a later setting of a
+// parameter wins; values, when not nil, are the server's spelling of each.
+func (ss *Session) SetStartupValues(seq []startupparam.Param, values []string) {
+	var eff map[string]string // nil: none
+	for i, p := range seq {
+		v := p.Value
+		if values != nil {
+			v = values[i]
+		}
+		if eff == nil {
+			eff = make(map[string]string, len(seq))
+		}
+		eff[startupparam.CanonicalName(p.Name)] = v
+	}
+	ss.params.setStartup(eff)
 }

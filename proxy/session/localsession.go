@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"context"
@@ -27,66 +27,66 @@ import (
 // handler is also told of the session's transactions here.
 
 // PID implements local.Session.
-func (s *session) PID() uint32 { return s.pid }
+func (s *Session) PID() uint32 { return s.pid }
 
 // User implements local.Session.
-func (s *session) User() string { return s.user }
+func (s *Session) User() string { return s.user }
 
 // Database implements local.Session.
-func (s *session) Database() string { return s.database }
+func (s *Session) Database() string { return s.database }
 
 // Remote implements local.Session.
-func (s *session) Remote() string { return s.remote }
+func (s *Session) Remote() string { return s.remote }
 
 // App implements local.Session.
-func (s *session) App() *config.Application { return &s.app.cfg }
+func (s *Session) App() *config.Application { return &s.app.cfg }
 
 // Config implements local.Session.
-func (s *session) Config() *config.Config { return s.srv.rc.Load().cfg }
+func (s *Session) Config() *config.Config { return s.srv.Host.Config() }
 
 // ListenShared implements local.Session.
-func (s *session) ListenShared() bool { return s.app.listen == policy.Shared && !s.app.sessionPool }
+func (s *Session) ListenShared() bool { return s.app.listen == policy.Shared && !s.app.sessionPool }
 
 // HoldApp implements local.Session.
-func (s *session) HoldApp() *local.HoldApp { return s.app.hold }
+func (s *Session) HoldApp() *local.HoldApp { return s.app.hold }
 
 // Leases implements local.Session.
-func (s *session) Leases() local.LeaseStore { return s.srv.leases }
+func (s *Session) Leases() local.LeaseStore { return s.srv.Leases }
 
 // Locks implements local.Session.
-func (s *session) Locks() *advisory.Manager { return s.srv.locks }
+func (s *Session) Locks() *advisory.Manager { return s.srv.Locks }
 
 // Hub implements local.Session.
-func (s *session) Hub() *listen.Hub { return s.srv.hub }
+func (s *Session) Hub() *listen.Hub { return s.srv.Hub }
 
 // Offload implements local.Session.
-func (s *session) Offload(fn func()) { s.offload(fn) }
+func (s *Session) Offload(fn func()) { s.offload(fn) }
 
 // WaitContext implements local.Session.
-func (s *session) WaitContext() context.Context { return s.waitContext() }
+func (s *Session) WaitContext() context.Context { return s.waitContext() }
 
 // EndWait implements local.Session.
-func (s *session) EndWait() { s.endWait() }
+func (s *Session) EndWait() { s.endWait() }
 
 // Kill implements local.Session.
-func (s *session) Kill(pe *pgerr.Error) { s.kill(pe) }
+func (s *Session) Kill(pe *pgerr.Error) { s.kill(pe) }
 
 // KilledBy implements local.Session.
-func (s *session) KilledBy() *pgerr.Error { return s.killedBy() }
+func (s *Session) KilledBy() *pgerr.Error { return s.killedBy() }
 
 // Status implements local.Session.
-func (s *session) Status() byte { return s.status() }
+func (s *Session) Status() byte { return s.status() }
 
 // LockLimits implements local.Session.
-func (s *session) LockLimits() (advisory.Limits, *pgerr.Error) { return s.lockLimits() }
+func (s *Session) LockLimits() (advisory.Limits, *pgerr.Error) { return s.lockLimits() }
 
 // WakeIdle implements local.Session (postDeliver).
-func (s *session) WakeIdle() { s.postDeliver() }
+func (s *Session) WakeIdle() { s.postDeliver() }
 
 // noteFallback counts a statement under advisory_locks: hold that lockpool
 // does not answer itself, and logs its text the first time.
-func (s *session) noteFallback(d policy.Decision, sql string) {
-	s.app.hold.NoteFallback(s.srv.log, s.app.cfg.Name, d, sql)
+func (s *Session) noteFallback(d policy.Decision, sql string) {
+	s.app.hold.NoteFallback(s.srv.Log, s.app.cfg.Name, d, sql)
 }
 
 // lockLimits are the client's lock_timeout and statement_timeout as it set
@@ -95,7 +95,7 @@ func (s *session) noteFallback(d policy.Decision, sql string) {
 // read that does not complete cleanly ends the session (a FATAL): the
 // connection's replies would be out of step, or lockpool's statement would
 // have failed the client's transaction behind its back.
-func (s *session) lockLimits() (advisory.Limits, *pgerr.Error) {
+func (s *Session) lockLimits() (advisory.Limits, *pgerr.Error) {
 	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
 	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
 		v, err := s.readTimeouts()
@@ -110,7 +110,7 @@ func (s *session) lockLimits() (advisory.Limits, *pgerr.Error) {
 // readTimeouts asks the client's server connection, idle inside the
 // client's transaction block, for lock_timeout and statement_timeout. Any
 // error leaves the link probing (cleanup destroys the connection).
-func (s *session) readTimeouts() ([2]string, error) {
+func (s *Session) readTimeouts() ([2]string, error) {
 	var v [2]string
 	sc := s.link.sc
 	if err := s.link.to(linkProbing); err != nil {
@@ -181,7 +181,7 @@ var errDeliver = errors.New("notifications to deliver")
 
 // postDeliver asks the session's loop to write the waiting notifications
 // (any goroutine).
-func (s *session) postDeliver() {
+func (s *Session) postDeliver() {
 	s.link.mu.Lock()
 	l := s.link.loop
 	s.link.mu.Unlock()
@@ -194,7 +194,7 @@ func (s *session) postDeliver() {
 // turn writes the notifications at its idle point), one waiting idle on
 // its pinned server and its client (watchIdle) is interrupted to write
 // them. A session that runs writes them at its next idle point anyway.
-func (s *session) deliverWake() {
+func (s *Session) deliverWake() {
 	switch {
 	case s.ended:
 	case s.resting:
@@ -210,7 +210,7 @@ func (s *session) deliverWake() {
 // the client sent it, an unnamed Parse of parse, a Bind of bind and an
 // Execute, whose rows, notices or error take its place in the reply order
 // (the ParseComplete and BindComplete are lockpool's, not passed on).
-func (s *session) Forward(parse, bind []byte) *pgerr.Error {
+func (s *Session) Forward(parse, bind []byte) *pgerr.Error {
 	if err := s.toServer(replyParse, opSwallow); err != nil {
 		// attachFailed answers the call with the error, or ends the session.
 		if err := s.attachFailed(err, false, false); err != nil {
@@ -232,8 +232,8 @@ func (s *session) Forward(parse, bind []byte) *pgerr.Error {
 
 // ClientPID implements local.Session: a key pid, or a backend's pid a
 // client read (seenBy).
-func (s *session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
-	if isKeyPID(pid) {
+func (s *Session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
+	if IsKeyPID(pid) {
 		return uint32(pid), true, true
 	}
 	key, ok = s.seenBy(pid)
@@ -241,18 +241,17 @@ func (s *session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
 }
 
 // KeyPIDLive implements local.Session.
-func (s *session) KeyPIDLive(key uint32) bool { return s.srv.keyPIDLive(key) }
+func (s *Session) KeyPIDLive(key uint32) bool { return s.srv.Host.KeyPIDLive(key) }
 
 // Signal implements local.Session: the caller is the session's user, an
 // admin when admin_users lists it (signalKeyPID).
-func (s *session) Signal(key uint32, terminate bool, timeout time.Duration) (local.SignalResult, error) {
-	return s.signalKeyPID(signalRequest{pid: key, terminate: terminate, timeout: timeout,
-		user: s.user, admin: s.srv.Config().IsAdmin(s.user)})
+func (s *Session) Signal(key uint32, terminate bool, timeout time.Duration) (local.SignalResult, error) {
+	return s.signalKeyPID(key, terminate, timeout)
 }
 
 // listeningOf returns the session's listen handler, nil when it never
 // used LISTEN.
-func (s *session) listeningOf() *local.Listening {
+func (s *Session) listeningOf() *local.Listening {
 	if s.extras == nil {
 		return nil
 	}
@@ -261,7 +260,7 @@ func (s *session) listeningOf() *local.Listening {
 }
 
 // listenHandler returns the session's listen handler, made at first use.
-func (s *session) listenHandler() *local.Listening {
+func (s *Session) listenHandler() *local.Listening {
 	return s.handler(kindListen).(*local.Listening)
 }
 
@@ -269,7 +268,7 @@ func (s *session) listenHandler() *local.Listening {
 // savepoint command is noted in the listen handler's pending list, and a
 // COMMIT of a block with LISTENs subscribes the client to their channels
 // first (local.Listening.SubscribeEarly).
-func (s *session) beforeCommit(sql []byte) {
+func (s *Session) beforeCommit(sql []byte) {
 	l := s.listeningOf()
 	if l == nil {
 		return
@@ -341,7 +340,7 @@ func savepointName(b []byte) string {
 // (f nil) that ends an implicit transaction with LISTENs in it is sent:
 // the client is subscribed to their channels first, as before a COMMIT
 // (beforeCommit).
-func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
+func (s *Session) beforeImplicitCommit(f *rewrite.Findings) {
 	if s.status() != 'I' || !s.ListenShared() {
 		return
 	}
@@ -364,11 +363,11 @@ func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
 // the attached server connection (f: its findings; nil: none).
 // bindTail, when not nil, is the Bind's tail: $n arguments of pg_notify are
 // taken from it.
-func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
+func (s *Session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
 	// Registered whether or not anyone listens yet: a LISTEN may reach the
 	// listener connection before this transaction commits. Ready settles
 	// them at the commit.
-	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.hub == nil {
+	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.Hub == nil {
 		return
 	}
 	var args *wire.BindArgs
@@ -385,7 +384,7 @@ func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
 // statements: each LISTEN or UNLISTEN is sent as UNLISTEN * (its tag
 // restored, its effect noted at its CommandComplete), each
 // pg_listening_channels() call as the unnest of the session's channels.
-func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
+func (s *Session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if !s.ListenShared() {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"unsafe"
@@ -18,7 +18,7 @@ func changesSchema(sql []byte) bool {
 // it reached a server (localTx 'E'), as PostgreSQL answers in a failed
 // transaction: every statement but one that ends the block gets 25P02;
 // ROLLBACK ends it, and so does COMMIT, which then reports ROLLBACK.
-func (s *session) inLocalFailedTx(typ byte, n int) error {
+func (s *Session) inLocalFailedTx(typ byte, n int) error {
 	switch typ {
 	case 'X':
 		return errSessionEnd
