@@ -6,7 +6,8 @@
 // itself (the relay of a client's transactions, its server link and its
 // states, the path of one query) is package session's; the statements
 // lockpool answers itself are package local's; the admin console is package
-// console's. Imports go one way: proxy → console, session → local.
+// console's. Imports go one way: proxy → console, session → appstate →
+// local, backend (go list -deps shows it).
 //
 // # Who owns what
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/appstate"
 	"github.com/lockpool/lockpool/proxy/session"
 )
 
@@ -201,7 +202,7 @@ applications:
 // s's event loops, over a socket pair, as lockpool runs every client's
 // session: it returns the client's end and a channel closed when the
 // session has ended.
-func startLoopSession(tb testing.TB, s *Server, as *session.App) (net.Conn, chan struct{}) {
+func startLoopSession(tb testing.TB, s *Server, as *appstate.App) (net.Conn, chan struct{}) {
 	tb.Helper()
 	s.mu.Lock()
 	if s.loops == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/appstate"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/session"
 )
@@ -30,7 +31,7 @@ func TestSignalClient(t *testing.T) {
 		b, _ := io.ReadAll(peer)
 		read <- string(b)
 	}()
-	as, err := session.NewApp(config.Application{Name: "api"}, session.NewMetrics(nil), nil)
+	as, err := appstate.NewApp(config.Application{Name: "api"}, appstate.NewMetrics(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

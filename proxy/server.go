@@ -27,6 +27,8 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/console"
 	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
@@ -54,7 +56,7 @@ type Options struct {
 // runtimeConfig is the reloadable part of the configuration.
 type runtimeConfig struct {
 	cfg   *config.Config
-	apps  map[string]*session.App
+	apps  map[string]*appstate.App
 	creds map[string]*auth.Credential
 }
 
@@ -65,7 +67,7 @@ type Server struct {
 	leases  LeaseStore
 	locks   *advisory.Manager // advisory_locks: hold
 	hub     *listen.Hub       // listen: shared
-	metrics *session.Metrics
+	metrics *appstate.Metrics
 	tlsConf *tls.Config
 	health  healthProbe
 	authq   authLookup
@@ -90,7 +92,7 @@ type Server struct {
 	mu          sync.Mutex
 	ln          net.Listener
 	sessions    map[uint32]*session.Session // by lockpool's own backend pid
-	stmts       session.StmtCatalog         // server statements known across sessions
+	stmts       backend.StmtCatalog         // server statements known across sessions
 	bufs        *wire.BufferPool            // client read buffers, lent while data flows
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
@@ -142,7 +144,7 @@ func New(opts Options) (*Server, error) {
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
 	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
-	s.metrics = session.NewMetrics(opts.Registerer)
+	s.metrics = appstate.NewMetrics(opts.Registerer)
 	rc, err := s.buildRuntime(opts.Config)
 	if err != nil {
 		return nil, err
@@ -256,7 +258,7 @@ func (s *Server) learnSCRAM(user string, cred *auth.Credential, clientKey []byte
 }
 
 func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
-	rc := &runtimeConfig{cfg: cfg, apps: make(map[string]*session.App), creds: make(map[string]*auth.Credential)}
+	rc := &runtimeConfig{cfg: cfg, apps: make(map[string]*appstate.App), creds: make(map[string]*auth.Credential)}
 	old := s.rc.Load()
 	for _, u := range cfg.Users {
 		if old != nil {
@@ -272,11 +274,11 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		rc.creds[u.Name] = c
 	}
 	for _, a := range cfg.Applications {
-		var prev *session.App
+		var prev *appstate.App
 		if old != nil {
 			prev = old.apps[a.Name] // logged-in clients and counters stay across a reload
 		}
-		as, err := session.NewApp(a, s.metrics, prev)
+		as, err := appstate.NewApp(a, s.metrics, prev)
 		if err != nil {
 			return nil, err
 		}

@@ -2,9 +2,14 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/session"
 )
@@ -20,7 +25,7 @@ func (h sessionHost) Config() *config.Config            { return h.s.rc.Load().c
 func (h sessionHost) HandedOff() bool                   { return h.s.handedOff.Load() }
 func (h sessionHost) Unregister(ss *session.Session)    { h.s.unregister(ss) }
 func (h sessionHost) Ended(ss *session.Session)         { h.s.sessionEnded(ss) }
-func (h sessionHost) Unadmit(as *session.App)           { h.s.unadmit(as) }
+func (h sessionHost) Unadmit(as *appstate.App)          { h.s.unadmit(as) }
 func (h sessionHost) KeyPIDLive(pid uint32) bool        { return h.s.keyPIDLive(pid) }
 func (h sessionHost) ActivityView(caller uint32) string { return h.s.activityView(caller) }
 
@@ -50,14 +55,14 @@ type signalRequest struct {
 func (r signalRequest) allows(user string) bool { return r.admin || r.user == user }
 
 // activityView is the parenthesised query that stands for
-// pg_stat_activity (session.ActivityView), as of now.
+// pg_stat_activity (activityViewSQL), as of now.
 func (s *Server) activityView(caller uint32) string {
 	idle := s.pool.IdleConns()
 	pids := make([]uint32, len(idle))
 	for i, c := range idle {
 		pids[i] = c.PID
 	}
-	return session.ActivityView(pids, s.clients(), caller)
+	return activityViewSQL(pids, s.clients(), caller)
 }
 
 // keyPIDLive reports whether pid is the key pid of a client of this
@@ -139,4 +144,58 @@ func (s *Server) sessionEnded(ss *session.Session) {
 		close(ch)
 		delete(s.ends, ss)
 	}
+}
+
+// activityViewSQL is the parenthesised query that stands for
+// pg_stat_activity (package session: activity.go), given the pids of the server's
+// idle pooled connections and its clients; caller is the key pid of the
+// client whose statement reads it.
+func activityViewSQL(idle []uint32, clients []session.ClientView, caller uint32) string {
+	var b strings.Builder
+	b.WriteString("(SELECT a.* FROM pg_catalog.pg_stat_activity a")
+	if len(idle) > 0 {
+		// The statement runs on one of them, taken from the pool after
+		// this text was made: its own row stays.
+		b.WriteString(" WHERE a.pid = pg_catalog.pg_backend_pid() OR a.pid <> ALL ('{")
+		for i, c := range idle {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprint(&b, c)
+		}
+		b.WriteString("}'::pg_catalog.int4[])")
+	}
+	n := 0
+	for _, c := range clients {
+		if c.Link.Attached || c.ID == caller {
+			continue // the caller's row is its server connection's
+		}
+		if n == 0 {
+			b.WriteString(" UNION ALL SELECT * FROM pg_catalog.jsonb_populate_recordset(NULL::pg_catalog.pg_stat_activity, " +
+				"(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('datid', d.oid, 'datname', c.datname, 'pid', c.pid, " +
+				"'usesysid', r.oid, 'usename', c.usename) || CASE WHEN r.oid IS NOT NULL AND (pg_catalog.pg_has_role(r.oid, 'USAGE') OR " +
+				"pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')) THEN pg_catalog.jsonb_build_object('client_addr', c.addr, " +
+				"'client_port', c.port, 'backend_start', c.started, 'backend_type', 'client backend', 'state', c.state, 'query', '') " +
+				"ELSE '{\"query\": \"<insufficient privilege>\"}' END ORDER BY c.pid) FROM (VALUES ")
+		} else {
+			b.WriteString(", ")
+		}
+		n++
+		state := "idle"
+		if c.Link.Waiting {
+			state = "active"
+		}
+		addr, port := "NULL", "-1" // a Unix socket, as PostgreSQL shows it
+		if ip := net.ParseIP(c.Addr); ip != nil {
+			addr, port = backend.EscapedLiteral(ip.String()), fmt.Sprint(c.Port)
+		}
+		fmt.Fprintf(&b, "(%d, %s, %s, %s::pg_catalog.inet, %s, pg_catalog.to_timestamp(%d / 1e6), %s)",
+			c.ID, backend.EscapedLiteral(c.Database), backend.EscapedLiteral(c.User), addr, port, c.Connected.UnixMicro(), backend.EscapedLiteral(state))
+	}
+	if n > 0 {
+		b.WriteString(") c(pid, datname, usename, addr, port, started, state) " +
+			"LEFT JOIN pg_catalog.pg_roles r ON r.rolname = c.usename LEFT JOIN pg_catalog.pg_database d ON d.datname = c.datname))")
+	}
+	b.WriteByte(')')
+	return b.String()
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
@@ -452,7 +454,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	// As in PostgreSQL, an unknown database is reported before a bad setting.
 	srvParams, err := s.pool.ServerParams(ctx, app.Name, database)
 	if err != nil {
-		return nil, session.ServerLoginError(err, database, as)
+		return nil, backend.LoginError(err, database, as.Cfg.Name)
 	}
 	notices, err := s.checkStartupParams(ctx, ss, settings)
 	if err != nil {
@@ -496,7 +498,7 @@ func (e *afterAuthError) Unwrap() error { return e.err }
 
 // admit counts a logging-in client against max_client_connections and the
 // application's max_clients.
-func (s *Server) admit(as *session.App) error {
+func (s *Server) admit(as *appstate.App) error {
 	rc := s.rc.Load()
 	if n := s.clientCount.Add(1); int(n) > rc.cfg.MaxClientConnections && rc.cfg.MaxClientConnections > 0 {
 		s.clientCount.Add(-1)
@@ -511,7 +513,7 @@ func (s *Server) admit(as *session.App) error {
 	return nil
 }
 
-func (s *Server) unadmit(as *session.App) {
+func (s *Server) unadmit(as *appstate.App) {
 	as.Unadmit()
 	s.clientCount.Add(-1)
 }

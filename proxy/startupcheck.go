@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
@@ -123,7 +124,7 @@ func (s *Server) runStartupCheck(ctx context.Context, app, database string, pair
 		}
 		var e *startupparam.Checked
 		var verdict *pgerr.Error
-		e, verdict, err = session.CheckOnConn(ctx, sc, pairs)
+		e, verdict, err = backend.CheckStartup(ctx, sc, pairs)
 		if err != nil {
 			sc.Broken = true
 			s.pool.Destroy(sc)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -27,13 +28,13 @@ import (
 // rewritesDefault reports whether c is a RESET-like statement of the
 // client's text that must be sent as a DO block.
 func (s *Session) rewritesDefault(c rewrite.SetCmd) bool {
-	if c.Stmt == 0 || !c.Reset || len(s.params.startup) == 0 {
+	if c.Stmt == 0 || !c.Reset || len(s.params.Startup()) == 0 {
 		return false
 	}
 	if c.All {
 		return true
 	}
-	_, ok := s.params.startup[c.Name]
+	_, ok := s.params.Startup()[c.Name]
 	return ok
 }
 
@@ -52,7 +53,7 @@ func (s *Session) defaultsStatement(c rewrite.SetCmd) string {
 		if c.Local {
 			scope = "LOCAL "
 		}
-		return "SET " + scope + quoteGUC(c.Name) + " TO " + escapedLiteral(s.params.startup[c.Name])
+		return "SET " + scope + backend.QuoteGUC(c.Name) + " TO " + backend.EscapedLiteral(s.params.Startup()[c.Name])
 	}
 	var body strings.Builder
 	local := "false"
@@ -60,20 +61,20 @@ func (s *Session) defaultsStatement(c rewrite.SetCmd) string {
 		local = "true"
 	}
 	setting := func(name, v string) {
-		body.WriteString("PERFORM pg_catalog.set_config(" + escapedLiteral(name) + ", " + escapedLiteral(v) + ", " + local + "); ")
+		body.WriteString("PERFORM pg_catalog.set_config(" + backend.EscapedLiteral(name) + ", " + backend.EscapedLiteral(v) + ", " + local + "); ")
 	}
 	if c.All {
 		body.WriteString("RESET ALL; ")
-		names := make([]string, 0, len(s.params.startup))
-		for k := range s.params.startup {
+		names := make([]string, 0, len(s.params.Startup()))
+		for k := range s.params.Startup() {
 			names = append(names, k)
 		}
 		sort.Strings(names)
 		for _, k := range names {
-			setting(k, s.params.startup[k])
+			setting(k, s.params.Startup()[k])
 		}
 	} else {
-		setting(c.Name, s.params.startup[c.Name])
+		setting(c.Name, s.params.Startup()[c.Name])
 	}
 	tag := "$lockpool$"
 	for strings.Contains(body.String(), tag) {
@@ -90,7 +91,7 @@ func (s *Session) defaultsStatement(c rewrite.SetCmd) string {
 // about it is what the client must get (set_config in a DO block would not
 // warn).
 func (s *Session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
-	if len(s.params.startup) == 0 {
+	if len(s.params.Startup()) == 0 {
 		return nil
 	}
 	var edits []sqlEdit

@@ -14,6 +14,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
@@ -39,16 +40,16 @@ func (s *Session) Database() string { return s.database }
 func (s *Session) Remote() string { return s.remote }
 
 // App implements local.Session.
-func (s *Session) App() *config.Application { return &s.app.cfg }
+func (s *Session) App() *config.Application { return &s.app.Cfg }
 
 // Config implements local.Session.
 func (s *Session) Config() *config.Config { return s.srv.Host.Config() }
 
 // ListenShared implements local.Session.
-func (s *Session) ListenShared() bool { return s.app.listen == policy.Shared && !s.app.sessionPool }
+func (s *Session) ListenShared() bool { return s.app.Listen == policy.Shared && !s.app.SessionPool }
 
 // HoldApp implements local.Session.
-func (s *Session) HoldApp() *local.HoldApp { return s.app.hold }
+func (s *Session) HoldApp() *local.HoldApp { return s.app.Hold }
 
 // Leases implements local.Session.
 func (s *Session) Leases() local.LeaseStore { return s.srv.Leases }
@@ -86,7 +87,7 @@ func (s *Session) WakeIdle() { s.postDeliver() }
 // noteFallback counts a statement under advisory_locks: hold that lockpool
 // does not answer itself, and logs its text the first time.
 func (s *Session) noteFallback(d policy.Decision, sql string) {
-	s.app.hold.NoteFallback(s.srv.Log, s.app.cfg.Name, d, sql)
+	s.app.Hold.NoteFallback(s.srv.Log, s.app.Cfg.Name, d, sql)
 }
 
 // lockLimits are the client's lock_timeout and statement_timeout as it set
@@ -96,7 +97,7 @@ func (s *Session) noteFallback(d policy.Decision, sql string) {
 // connection's replies would be out of step, or lockpool's statement would
 // have failed the client's transaction behind its back.
 func (s *Session) lockLimits() (advisory.Limits, *pgerr.Error) {
-	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
+	lt, st := s.params.Values()["lock_timeout"], s.params.Values()["statement_timeout"]
 	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
 		v, err := s.readTimeouts()
 		if err != nil {
@@ -123,17 +124,17 @@ func (s *Session) readTimeouts() ([2]string, error) {
 	}
 	rows := 0
 	var refused error
-	err := readUntilReady(sc, func(typ byte, body []byte) {
+	err := backend.ReadUntilReady(sc, func(typ byte, body []byte) {
 		switch typ {
 		case 'D':
 			rows++
-			dataRowColumns(body, func(i int, b []byte, null bool) {
+			backend.DataRowColumns(body, func(i int, b []byte, null bool) {
 				if i < 2 && !null {
 					v[i] = string(b)
 				}
 			})
 		case 'E':
-			refused = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
+			refused = fmt.Errorf("%w: %s", backend.ErrRefused, pgerr.FromBody(body).Message)
 		}
 	})
 	switch {
@@ -273,67 +274,13 @@ func (s *Session) beforeCommit(sql []byte) {
 	if l == nil {
 		return
 	}
-	if cmd, name, ok := savepointOf(sql); ok {
+	if cmd, name, ok := local.SavepointOf(sql); ok {
 		l.Savepoint(cmd, name)
 		return
 	}
 	if txcmd.Of(sql) == txcmd.Commit {
 		l.SubscribeEarly(s, l.PendingListens())
 	}
-}
-
-// savepointOf reads a SAVEPOINT, ROLLBACK TO [SAVEPOINT] or RELEASE
-// [SAVEPOINT] at the start of sql: the command and the savepoint's name;
-// ok is false for any other statement.
-func savepointOf(sql []byte) (cmd local.SavepointCmd, name string, ok bool) {
-	w, rest := txcmd.NextWord(sql)
-	switch {
-	case txcmd.WordIs(w, "savepoint"):
-		return local.SavepointSet, savepointName(rest), true
-	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
-		cmd = local.SavepointRelease
-		if txcmd.WordIs(w, "rollback") {
-			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
-				return 0, "", false
-			}
-			cmd = local.SavepointRollback
-		}
-		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
-			rest = r2
-		}
-		return cmd, savepointName(rest), true
-	}
-	return 0, "", false
-}
-
-// savepointName reads a savepoint name: an identifier, lower-cased unless
-// quoted.
-func savepointName(b []byte) string {
-	i := 0
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	b = b[i:]
-	if len(b) > 0 && b[0] == '"' {
-		var out []byte
-		for j := 1; j < len(b); j++ {
-			if b[j] == '"' {
-				if j+1 < len(b) && b[j+1] == '"' {
-					out = append(out, '"')
-					j++
-					continue
-				}
-				return string(out)
-			}
-			out = append(out, b[j])
-		}
-		return ""
-	}
-	j := 0
-	for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_' || b[j] >= '0' && b[j] <= '9' || b[j] == '$' || b[j] >= 0x80) {
-		j++
-	}
-	return strings.ToLower(string(b[:j]))
 }
 
 // beforeImplicitCommit runs before a Query (f: its findings) or a Sync
@@ -402,7 +349,7 @@ func (s *Session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 		edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: "UNLISTEN *", fix: tagFix{stmt: c.Stmt, tag: tag, listen: &op}})
 	}
 	if len(f.ChannelsCalls) > 0 {
-		text := channelsArray(s.listeningOf().Channels())
+		text := local.ChannelsArray(s.listeningOf().Channels())
 		for _, c := range f.ChannelsCalls {
 			if c.End <= len(sql) {
 				edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: text})
@@ -410,25 +357,4 @@ func (s *Session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 		}
 	}
 	return edits
-}
-
-// channelsArray is the set-returning expression that stands for
-// pg_listening_channels().
-func channelsArray(channels []string) string {
-	var b strings.Builder
-	b.WriteString("pg_catalog.unnest(")
-	if len(channels) == 0 {
-		b.WriteString("'{}'")
-	} else {
-		b.WriteString("ARRAY[")
-		for i, c := range channels {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(escapedLiteral(c))
-		}
-		b.WriteByte(']')
-	}
-	b.WriteString("::pg_catalog.text[])")
-	return b.String()
 }

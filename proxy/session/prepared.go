@@ -3,20 +3,16 @@ package session
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"hash/maphash"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -26,68 +22,11 @@ import (
 // parameter types, prepared on a server connection the first time the
 // client needs it there, reused after, and evicted least-recently-used.
 
-var stmtSeed = maphash.MakeSeed()
-
-// serverStmtName names the server statement of a Parse body (query and
-// parameter types) in a statement epoch: DDL and stale-plan errors start a
-// new epoch, so a statement parsed after them is prepared afresh.
-func serverStmtName(parseRest []byte, epoch uint64) string {
-	h := maphash.Bytes(stmtSeed, parseRest) ^ epoch*0x9e3779b97f4a7c15
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(h >> (56 - 8*i))
-	}
-	return "lp_" + hex.EncodeToString(b[:])
-}
-
 func (s *Session) maxPrepared() int {
-	if m := s.app.cfg.MaxPreparedStatements; m > 0 {
+	if m := s.app.Cfg.MaxPreparedStatements; m > 0 {
 		return m
 	}
 	return 200
-}
-
-// StmtCatalog is what a Server knows about server statements across
-// sessions: the current epoch, and which statements PostgreSQL accepted
-// for a database and user (their Parse cannot fail, so a client's Parse
-// of them may be answered before a server connection is attached).
-type StmtCatalog struct {
-	epoch atomic.Uint64
-	mu    sync.Mutex
-	valid map[string]struct{} // database, user, server statement name
-}
-
-const stmtCatalogMax = 20000
-
-func catalogKey(database, user, srvName string) string {
-	return database + "\x00" + user + "\x00" + srvName
-}
-
-// known reports whether PostgreSQL accepted srvName for database and user.
-func (c *StmtCatalog) known(database, user, srvName string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.valid[catalogKey(database, user, srvName)]
-	return ok
-}
-
-// accepted records that PostgreSQL accepted srvName.
-func (c *StmtCatalog) accepted(database, user, srvName string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.valid == nil || len(c.valid) >= stmtCatalogMax {
-		c.valid = make(map[string]struct{})
-	}
-	c.valid[catalogKey(database, user, srvName)] = struct{}{}
-}
-
-// retire starts a new epoch: statements parsed from now on get new server
-// names, and nothing parsed before is known valid any more.
-func (c *StmtCatalog) retire() {
-	c.epoch.Add(1)
-	c.mu.Lock()
-	c.valid = nil
-	c.mu.Unlock()
 }
 
 // onParse handles Parse.
@@ -119,7 +58,7 @@ func (s *Session) onParse(n int) error {
 	f, mayHit := analyze(query)
 	schema := mayHit && changesSchema(query)
 	if schema {
-		s.srv.Stmts.retire()
+		s.srv.Stmts.Retire()
 	}
 	if len(name) == 0 && !f.Hit() {
 		slot := -1
@@ -218,11 +157,11 @@ func (s *Session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if _, exists := s.stmts[nameS]; exists {
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
-	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.Stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
+	st := &stmt{name: nameS, srvName: backend.ServerStmtName(restCopy, s.srv.Stmts.Epoch()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
 	if !bytes.Equal(clientRest, restCopy) {
 		st.client = clientRest
 	}
-	if s.link.sc == nil && s.srv.Stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
+	if s.link.sc == nil && s.srv.Stmts.Known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
 		// on a server connection when the client first needs it there, and
@@ -272,7 +211,7 @@ func (s *Session) refreshStmt(st *stmt) {
 		return
 	}
 	st.parse = rest
-	st.srvName = serverStmtName(rest, s.srv.Stmts.epoch.Load())
+	st.srvName = backend.ServerStmtName(rest, s.srv.Stmts.Epoch())
 }
 
 // timesStatements reports whether the client set a statement_timeout. Its
@@ -281,7 +220,7 @@ func (s *Session) refreshStmt(st *stmt) {
 // a client that is slow between its Parse and its Describe gets 57014
 // with the statement prepared, and must see the same through lockpool.
 func (s *Session) timesStatements() bool {
-	return gucDuration(s.params.values()["statement_timeout"]) > 0
+	return gucDuration(s.params.Values()["statement_timeout"]) > 0
 }
 
 // forgetStmt drops a client statement that never came to be.
@@ -306,34 +245,34 @@ func (s *Session) prepareOnServer(st *stmt, fromParse bool) error {
 		return s.attachFailed(err, false, st.begins)
 	}
 	srv := s.link.st
-	if srv.prepared == nil {
-		srv.prepared = make(map[string]uint64)
+	if srv.Prepared == nil {
+		srv.Prepared = make(map[string]uint64)
 	}
-	srv.tick++
-	_, have := srv.prepared[st.srvName]
+	srv.Tick++
+	_, have := srv.Prepared[st.srvName]
 	var evict string
-	if !have && len(srv.prepared) >= s.maxPrepared() {
+	if !have && len(srv.Prepared) >= s.maxPrepared() {
 		var oldest uint64 = ^uint64(0)
-		for k, t := range srv.prepared {
+		for k, t := range srv.Prepared {
 			if t < oldest {
 				oldest, evict = t, k
 			}
 		}
-		delete(srv.prepared, evict)
+		delete(srv.Prepared, evict)
 	}
-	srv.prepared[st.srvName] = srv.tick
-	if have && !fromParse && st.desc != 0 && srv.descs[st.srvName] != 0 && srv.descs[st.srvName] != st.desc {
+	srv.Prepared[st.srvName] = srv.Tick
+	if have && !fromParse && st.desc != 0 && srv.Descs[st.srvName] != 0 && srv.Descs[st.srvName] != st.desc {
 		// The server statement was prepared afresh (after DDL) and returns
 		// other columns than the client was told: PostgreSQL would refuse
 		// the client's old statement.
 		return s.fail(errStalePlan(), false)
 	}
-	if !have && srv.stale[st.srvName] || have && (fromParse || st.fresh) {
+	if !have && srv.Stale[st.srvName] || have && (fromParse || st.fresh) {
 		// PostgreSQL still has the (stale, or maybe stale) statement
 		// under this name: a client's Parse always prepares afresh, so it
 		// sees the tables as they are now and its errors come with it.
-		delete(srv.stale, st.srvName)
-		delete(srv.descs, st.srvName)
+		delete(srv.Stale, st.srvName)
+		delete(srv.Descs, st.srvName)
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', st.srvName)
 		have = false
@@ -342,13 +281,13 @@ func (s *Session) prepareOnServer(st *stmt, fromParse bool) error {
 		s.stmts[st.name] = st
 	}
 	if have {
-		s.app.prepHit.Inc()
+		s.app.PrepHit.Inc()
 	} else {
-		s.app.prepMiss.Inc()
+		s.app.PrepMiss.Inc()
 	}
 	if evict != "" {
-		delete(srv.descs, evict)
-		s.app.prepEvict.Inc()
+		delete(srv.Descs, evict)
+		s.app.PrepEvict.Inc()
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', evict)
 	}
@@ -646,12 +585,6 @@ func (s *Session) deallocate(f *rewrite.Findings, simple bool) bool {
 	return false
 }
 
-// droppedAll reports whether a CommandComplete body is that of DEALLOCATE
-// ALL or DISCARD ALL: the server forgot every prepared statement.
-func droppedAll(body []byte) bool {
-	return bytes.Equal(body, []byte("DEALLOCATE ALL\x00")) || bytes.Equal(body, []byte("DISCARD ALL\x00"))
-}
-
 // forgetPrepared follows a DEALLOCATE ALL or DISCARD ALL that succeeded:
 // the client's protocol-level statements are gone, as on PostgreSQL, and so
 // is every statement lockpool prepared on the connection. One that failed
@@ -661,16 +594,8 @@ func (s *Session) forgetPrepared() {
 		delete(s.stmts, k)
 	}
 	if st := s.link.st; st != nil {
-		st.prepared = nil
+		st.Prepared = nil
 	}
-}
-
-// isStalePlan reports whether an ErrorResponse says a prepared statement no
-// longer matches its tables (PostgreSQL keeps failing it until it is
-// prepared again).
-func isStalePlan(body []byte) bool {
-	e := pgerr.FromBody(body)
-	return e.Code == pgerr.FeatureNotSupported && strings.Contains(e.Message, "cached plan must not change result type")
 }
 
 // retireStale handles a stale-plan error of the server statement srvName on
@@ -678,14 +603,14 @@ func isStalePlan(body []byte) bool {
 // new epoch makes later Parses of any client prepare afresh.
 func (s *Session) retireStale(srvName string) {
 	if st := s.link.st; st != nil {
-		delete(st.prepared, srvName)
-		delete(st.descs, srvName)
-		if st.stale == nil {
-			st.stale = make(map[string]bool)
+		delete(st.Prepared, srvName)
+		delete(st.Descs, srvName)
+		if st.Stale == nil {
+			st.Stale = make(map[string]bool)
 		}
-		st.stale[srvName] = true
+		st.Stale[srvName] = true
 	}
-	s.srv.Stmts.retire()
+	s.srv.Stmts.Retire()
 }
 
 // parseMemo remembers the last few unnamed Parses (query and parameter
@@ -781,7 +706,7 @@ func (s *Session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "(%s, %s, %s, pg_catalog.to_timestamp(%d / 1e6), %s)", escapedLiteral(name), escapedLiteral(st.srvName), escapedLiteral(string(query)), st.at, paramTypesArray(st.params))
+			fmt.Fprintf(&b, "(%s, %s, %s, pg_catalog.to_timestamp(%d / 1e6), %s)", backend.EscapedLiteral(name), backend.EscapedLiteral(st.srvName), backend.EscapedLiteral(string(query)), st.at, paramTypesArray(st.params))
 		}
 		b.WriteString(") c(name, srv, statement, at, types) LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = c.srv UNION ALL ")
 	}

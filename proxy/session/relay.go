@@ -3,45 +3,17 @@ package session
 import (
 	"bytes"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"io"
 	"time"
 
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 )
-
-// serverState is lockpool's bookkeeping for one server connection, kept in
-// pool.Conn.Aux: its parameter values and its prepared statements.
-type serverState struct {
-	defaults map[string]string // lower-case name -> value at login (reported parameters)
-	params   map[string]string // lower-case name -> current value, when known
-	synced   string            // fingerprint of the client parameters it matches
-	prepared map[string]uint64 // server statement name -> last use tick
-	stale    map[string]bool   // server statements to close before reuse: reported stale, or maybe left by a failed batch
-	descs    map[string]uint64 // server statement -> hash of its RowDescription, when seen
-	tick     uint64
-}
-
-func stateOf(sc *pool.Conn) *serverState {
-	if st, ok := sc.Aux.(*serverState); ok {
-		return st
-	}
-	st := &serverState{defaults: make(map[string]string, len(sc.StartupParams)), params: make(map[string]string, len(sc.StartupParams))}
-	for k, v := range sc.StartupParams {
-		lk := lower(k)
-		st.defaults[lk] = v
-		st.params[lk] = v
-	}
-	sc.Aux = st
-	return st
-}
 
 // pump relays server messages to the client until the server has answered
 // everything it was asked to answer (s.asked), or the server waits for COPY
@@ -132,13 +104,6 @@ func (s *Session) readServerMessage(r *wire.Reader) (typ byte, body []byte, stre
 
 var errServerProtocol = errors.New("server sent an unexpected message")
 
-// errRefused marks the failure of one of lockpool's own exchanges with a
-// server connection (probe, read-back) that the server answered with an
-// ErrorResponse and completed with ReadyForQuery: the connection is still
-// in step with its replies. Any other failure of such an exchange leaves
-// replies unread, and the connection must not be reused.
-var errRefused = errors.New("the server refused lockpool's statement")
-
 // onServerMessage relays one server message and advances the reply queue.
 // body is valid only during the call.
 func (s *Session) onServerMessage(typ byte, body []byte) error {
@@ -162,7 +127,7 @@ func (s *Session) onServerMessage(typ byte, body []byte) error {
 	}
 	if typ == 'E' {
 		s.cout = wire.AppendFrame(s.cout, typ, body)
-		if endsConnection(body) {
+		if backend.EndsConnection(body) {
 			s.sawFatal = true
 			s.serverGone(pool.FatalReason(body))
 		}
@@ -175,7 +140,7 @@ func (s *Session) onServerMessage(typ byte, body []byte) error {
 			// failed implicit commit at Sync): ReadyForQuery follows.
 			return nil
 		}
-		if f.srv != "" && isStalePlan(body) {
+		if f.srv != "" && backend.IsStalePlan(body) {
 			s.retireStale(f.srv)
 		}
 		// An extended-protocol message failed: the server skips every
@@ -221,7 +186,7 @@ func (s *Session) relayReply(f *reply, typ byte, body []byte) error {
 			return errServerProtocol
 		}
 		if f.kind == replyParse && f.added != "" {
-			s.srv.Stmts.accepted(s.database, s.user, f.added)
+			s.srv.Stmts.Accepted(s.database, s.user, f.added)
 		}
 		pass := f.op == opPass
 		s.dropServer()
@@ -275,7 +240,7 @@ func (s *Session) relayReply(f *reply, typ byte, body []byte) error {
 // onCommandComplete notes what a completed statement did to the session
 // and gives the client the command tag it must see (*body).
 func (s *Session) onCommandComplete(f *reply, body *[]byte) {
-	if s.dropPrepared && droppedAll(*body) {
+	if s.dropPrepared && backend.DroppedAll(*body) {
 		s.forgetPrepared()
 		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
 	}
@@ -298,12 +263,12 @@ func (s *Session) onCommandComplete(f *reply, body *[]byte) {
 // told. A check (opCheck) that finds the client was told otherwise marks the
 // client's statement stale.
 func (s *Session) noteDescription(f *reply, typ byte, body []byte) {
-	h := resultTypeHash(typ, body)
+	h := backend.ResultTypeHash(typ, body)
 	if f.srv != "" && s.link.st != nil {
-		if s.link.st.descs == nil {
-			s.link.st.descs = make(map[string]uint64)
+		if s.link.st.Descs == nil {
+			s.link.st.Descs = make(map[string]uint64)
 		}
-		s.link.st.descs[f.srv] = h
+		s.link.st.Descs[f.srv] = h
 	}
 	if f.desc == nil {
 		return
@@ -324,7 +289,7 @@ func (s *Session) noteDescription(f *reply, typ byte, body []byte) {
 // once as returning rows (h: the new description's resultTypeHash), which
 // only such a statement can be.
 func resultAtRunTime(st *stmt, h uint64) bool {
-	if st.desc == resultNoData || h == resultNoData {
+	if st.desc == backend.ResultNoData || h == backend.ResultNoData {
 		return true
 	}
 	query, _, _ := wire.CString(st.parse)
@@ -340,33 +305,6 @@ func resultAtRunTime(st *stmt, h uint64) bool {
 // isIdentByte reports whether b may continue an SQL keyword or identifier.
 func isIdentByte(b byte) bool {
 	return b == '_' || b == '$' || b >= '0' && b <= '9' || b|0x20 >= 'a' && b|0x20 <= 'z' || b >= 0x80
-}
-
-// resultNoData is resultTypeHash of NoData.
-const resultNoData = 2
-
-// resultTypeHash hashes what a statement returns as PostgreSQL compares it
-// for "cached plan must not change result type": the columns' names, types,
-// sizes and modifiers, not the table they come from (which may differ
-// between clients with different search_paths and is no change).
-func resultTypeHash(typ byte, body []byte) uint64 {
-	if typ == 'n' || len(body) < 2 {
-		return resultNoData
-	}
-	var h maphash.Hash
-	h.SetSeed(stmtSeed)
-	n := int(binary.BigEndian.Uint16(body))
-	p := body[2:]
-	for i := 0; i < n; i++ {
-		name, rest, ok := wire.CString(p)
-		if !ok || len(rest) < 18 {
-			break
-		}
-		_, _ = h.Write(name)
-		_, _ = h.Write(rest[6:16]) // type OID, size, modifier (skipping table OID and column number)
-		p = rest[18:]
-	}
-	return h.Sum64() | 1
 }
 
 // completionOf is the message that completes a Parse, Bind or Close.
@@ -417,12 +355,12 @@ func (s *Session) undo(r reply) {
 		// the next Parse of that name closes it first (closing a statement
 		// that does not exist is no error).
 		st := s.link.st
-		delete(st.prepared, r.added)
-		delete(st.descs, r.added)
-		if st.stale == nil {
-			st.stale = make(map[string]bool)
+		delete(st.Prepared, r.added)
+		delete(st.Descs, r.added)
+		if st.Stale == nil {
+			st.Stale = make(map[string]bool)
 		}
-		st.stale[r.added] = true
+		st.Stale[r.added] = true
 	}
 	if r.stmt != nil && s.stmts[r.stmt.name] == r.stmt {
 		delete(s.stmts, r.stmt.name)
@@ -446,7 +384,7 @@ func (s *Session) onReady(body []byte) error {
 		}
 	}
 	s.txStatus = body[0]
-	s.app.stats.ready(s.txStatus)
+	s.app.Stats.Ready(s.txStatus)
 	if l := s.listeningOf(); l != nil {
 		if err := l.Ready(s, s.txStatus, false); err != nil {
 			return err
@@ -492,22 +430,22 @@ func (s *Session) safePoint() error {
 		var err error
 		if sets {
 			err = s.readBackSettings(sc, s.link.st, names)
-			if errors.Is(err, errRefused) {
+			if errors.Is(err, backend.ErrRefused) {
 				// The server refused the read-back (the client's own
 				// statement_timeout, say): what the connection holds is
 				// unknown, so no other client may get it.
-				s.srv.Log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 				sc.Broken = true
 			}
 		}
 		if probe && err == nil {
-			held, reason, err = probeConn(sc, s.relayNotifications)
+			held, reason, err = backend.Probe(sc, s.relayNotifications)
 		}
 		if err != nil {
-			if isConnError(err) {
+			if backend.IsConnError(err) {
 				return s.serverLost(err)
 			}
-			if !errors.Is(err, errRefused) {
+			if !errors.Is(err, backend.ErrRefused) {
 				// The exchange stopped half way (a kill's interrupt
 				// ended its read): the connection's replies are out of
 				// step. The link stays probing, so cleanup destroys the
@@ -518,7 +456,7 @@ func (s *Session) safePoint() error {
 				return err
 			}
 			if probe {
-				s.srv.Log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("lock probe failed; session stays pinned", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 				held, reason = true, s.pinWant
 			}
 		}
@@ -545,7 +483,7 @@ func (s *Session) safePoint() error {
 		s.release()
 		return errShutdown()
 	}
-	if s.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.sessionPool {
+	if s.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.SessionPool {
 		s.release()
 	}
 	return nil
@@ -595,10 +533,10 @@ func (s *Session) onParameterStatus(b []byte) {
 	if st == nil {
 		return
 	}
-	name, val := lower(string(k)), string(v)
-	st.params[name] = val
-	s.params.set(name, val)
-	st.synced = s.params.fingerprint()
+	name, val := backend.Lower(string(k)), string(v)
+	st.Params[name] = val
+	s.params.Set(name, val)
+	st.Synced = s.params.Fingerprint()
 }
 
 // setPinned applies a probe result.
@@ -610,10 +548,10 @@ func (s *Session) setPinned(held bool, reason string) {
 		}
 		s.pinWant = reason
 		s.link.setPin(true, reason)
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, reason).Inc()
-		s.app.pins.Inc()
+		s.app.PinnedGauge.WithLabelValues(s.app.Cfg.Name, reason).Inc()
+		s.app.Pins.Inc()
 	case !held && s.link.pinned:
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, s.link.pinReason).Dec()
+		s.app.PinnedGauge.WithLabelValues(s.app.Cfg.Name, s.link.pinReason).Dec()
 		s.pinWant = ""
 		s.link.setPin(false, "")
 	case !held:
@@ -641,7 +579,7 @@ func (s *Session) serverLost(err error) error {
 		return err // a kill interrupted the wait: its FATAL ends the session
 	}
 	sc := s.link.sc
-	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
+	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.SessionPool || s.copyIn || len(s.sout) > 0
 	wasPinned := s.link.pinned || s.slot != nil
 	_ = s.link.to(linkLost)
 	for s.q.len() > 0 {
@@ -665,12 +603,12 @@ func (s *Session) serverLost(err error) error {
 	}
 	switch {
 	case errors.Is(err, errServerProtocol):
-		s.srv.Log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Info("server connection lost", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 	case sc != nil:
 		// Closed by PostgreSQL or the network: destroyServer counted it
 		// (pool.Conn.Gone), for one line for all the connections a
 		// restart closes.
-		s.srv.Log.Debug("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
+		s.srv.Log.Debug("server connection lost", "app", s.app.Cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
 	}
 	if !mustEnd {
 		s.txStatus = 'I'
@@ -680,11 +618,6 @@ func (s *Session) serverLost(err error) error {
 		return errSessionEnd // the server's FATAL is the last message
 	}
 	return pgerr.ConnectionLost(wasPinned).Fatal()
-}
-
-func isConnError(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
 // watchIdle waits for the idle, pinned (or session-mode) client's next
@@ -742,7 +675,7 @@ func (s *Session) watchIdle() error {
 		}
 		switch typ {
 		case 'E':
-			if endsConnection(body) {
+			if backend.EndsConnection(body) {
 				s.sawFatal = true
 				s.serverGone(pool.FatalReason(body))
 			}
@@ -936,57 +869,6 @@ func (s *Session) destroyServer(sc *pool.Conn) {
 	s.srv.Pool.Destroy(sc)
 }
 
-// probeSQL asks the server whether this backend still holds anything that
-// must keep the session pinned.
-const probeSQL = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted)," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_listening_channels())," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_cursors WHERE is_holdable)," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)," +
-	" current_user <> session_user"
-
-var probeReasons = [...]string{"advisory_lock", "listen", "temp_table", "cursor", "prepare", "role"}
-
-// probeConn runs probeSQL on sc, which nobody else uses meanwhile. relay
-// (nil: none) gets the messages of no exchange that arrive meanwhile
-// (session.relayNotifications).
-func probeConn(sc *pool.Conn, relay func(func(byte, []byte)) func(byte, []byte)) (held bool, reason string, err error) {
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, probeSQL)); err != nil {
-		return false, "", err
-	}
-	var row []byte
-	var perr error
-	read := func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			row = append(row[:0], body...)
-		case 'E':
-			perr = fmt.Errorf("%w: probe failed: %s", errRefused, pgerr.FromBody(body).Message)
-		}
-	}
-	if relay != nil {
-		read = relay(read)
-	}
-	err = readUntilReady(sc, read)
-	if err != nil {
-		return false, "", err
-	}
-	if perr != nil {
-		return false, "", perr
-	}
-	if len(row) < 2 {
-		return false, "", errors.New("probe returned no row")
-	}
-	dataRowColumns(row, func(i int, v []byte, null bool) {
-		if i < len(probeReasons) && !null && len(v) > 0 && v[0] == 't' && !held {
-			held, reason = true, probeReasons[i]
-		}
-	})
-	return held, reason, nil
-}
-
 // relayNotifications wraps the reader of one of lockpool's own exchanges
 // on the session's server connection (a probe, a settings read-back): a
 // notification that arrives meanwhile (listen: pin) is the client's and
@@ -1001,35 +883,6 @@ func (s *Session) relayNotifications(fn func(typ byte, body []byte)) func(typ by
 	}
 }
 
-// readUntilReady reads server messages up to and including ReadyForQuery,
-// passing each to fn (body valid only during the call).
-func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
-	for {
-		typ, n, err := wire.ReadHeader(sc.Reader)
-		if err != nil {
-			return err
-		}
-		var body []byte
-		if n <= sc.Reader.Size() {
-			body, err = sc.Reader.Peek(n)
-		} else {
-			body = make([]byte, n)
-			_, err = io.ReadFull(sc.Reader, body)
-			n = 0
-		}
-		if err != nil {
-			return err
-		}
-		fn(typ, body)
-		if n > 0 {
-			_, _ = sc.Reader.Discard(n)
-		}
-		if typ == 'Z' {
-			return nil
-		}
-	}
-}
-
 // endsConnection reports whether an ErrorResponse body is a FATAL (or
 // PANIC): the server closes the connection after it.
 // serverGone records on the session's server connection that the server
@@ -1041,47 +894,7 @@ func (s *Session) serverGone(reason string) {
 	}
 }
 
-func endsConnection(body []byte) bool {
-	sev := pgerr.FromBody(body).Severity
-	return sev == pgerr.SeverityFatal || sev == "PANIC"
-}
-
 // resetServer cleans a server connection whose session ended while it was
 // pinned (or in session mode), so the next client finds nothing of it. It
 // reports whether the connection may be reused.
-func (s *Session) resetServer(sc *pool.Conn) bool {
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, "DISCARD ALL")); err != nil {
-		return false
-	}
-	failed := false
-	if err := readUntilReady(sc, func(typ byte, body []byte) {
-		if typ == 'E' {
-			failed = true
-		}
-	}); err != nil || failed {
-		return false
-	}
-	st := stateOf(sc)
-	// DISCARD ALL dropped every prepared statement and reset every setting.
-	st.prepared = nil
-	for k := range st.params {
-		delete(st.params, k)
-	}
-	for k, v := range st.defaults {
-		st.params[k] = v
-	}
-	st.synced = ""
-	held, _, err := probeConn(sc, nil)
-	return err == nil && !held
-}
-
-func lower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			return string(bytes.ToLower([]byte(s)))
-		}
-	}
-	return s
-}
+func (s *Session) resetServer(sc *pool.Conn) bool { return backend.Reset(sc) }

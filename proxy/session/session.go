@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"runtime/debug"
@@ -14,13 +13,13 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
@@ -83,13 +82,13 @@ type Session struct {
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
-	app      *App
+	app      *appstate.App
 	user     string
 	database string
 	remote   string
 	pid      uint32
 	secret   uint32
-	params   clientParams
+	params   backend.ClientParams
 	idleTx   time.Duration // idle_transaction_timeout (0: off)
 
 	link serverLink // the server connection and its life cycle
@@ -151,7 +150,7 @@ type Session struct {
 	served       atomic.Bool
 }
 
-func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *App, user, database string, params map[string]string) *Session {
+func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, database string, params map[string]string) *Session {
 	// Carry over whatever the client sent after its login (pipelined
 	// statements) into the session's own reader.
 	var early []byte
@@ -168,7 +167,7 @@ func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *App, user, database s
 		// keep their buffer.
 		s.r.SetReleaseAfter(0)
 	}
-	s.params.init(params)
+	s.params.Init(params)
 	return s
 }
 
@@ -181,7 +180,7 @@ func (s *Session) Run(co *evloop.Co, sock *evloop.Conn, done func()) {
 	s.link.mu.Lock()
 	s.loop, s.sock, s.link.loop = co.Loop(), sock, co.Loop()
 	s.link.mu.Unlock()
-	s.app.clients.Inc()
+	s.app.Connected.Inc()
 	s.resume(co)
 }
 
@@ -249,7 +248,7 @@ func (s *Session) turn() (ended bool) {
 	defer func() {
 		// A bug in one session ends that session, never the process.
 		if v := recover(); v != nil {
-			s.srv.Log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
+			s.srv.Log.Error("session crashed", "app", s.app.Cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
 			s.out.end(nil, &pgError{Code: "XX000", Message: "lockpool: internal error", Hint: "This is a bug in lockpool; the connection is closed."})
 			ended = true
 		}
@@ -257,7 +256,7 @@ func (s *Session) turn() (ended bool) {
 			s.ended = true
 			s.cleanup()
 			s.srv.Host.Unadmit(s.app)
-			s.app.clients.Dec()
+			s.app.Connected.Dec()
 			if s.done != nil {
 				s.done()
 			}
@@ -402,7 +401,7 @@ func (s *Session) end(err error) {
 	case errors.Is(err, wire.ErrProtocol):
 		pe = pgerr.Protocol("%v", err)
 	default:
-		s.srv.Log.Debug("session ended", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Debug("session ended", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 		s.out.end(nil, nil)
 		return
 	}
@@ -433,7 +432,7 @@ func (s *Session) idle() error {
 	if s.idleTx > 0 && s.txStatus != 'I' {
 		s.r.SetDeadline(time.Now().Add(s.idleTx))
 	}
-	if s.txStatus == 'I' && !s.unsynced && (s.link.pinned || s.app.sessionPool) {
+	if s.txStatus == 'I' && !s.unsynced && (s.link.pinned || s.app.SessionPool) {
 		return s.watchIdle()
 	}
 	return nil
@@ -467,13 +466,13 @@ func (s *Session) attach() error {
 		if sc, err = s.acquireWithPin(); err != nil {
 			return err
 		}
-	} else if sc = s.srv.Pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness()); sc == nil {
+	} else if sc = s.srv.Pool.AcquireIdle(s.app.Cfg.Name, s.database, s.liveness()); sc == nil {
 		var err error
 		ctx := s.waitContext()
 		if s.co != nil {
-			sc, err = s.srv.Pool.AcquireParked(ctx, s.app.cfg.Name, s.database, parkedWait{s.co})
+			sc, err = s.srv.Pool.AcquireParked(ctx, s.app.Cfg.Name, s.database, parkedWait{s.co})
 		} else {
-			sc, err = s.srv.Pool.Acquire(ctx, s.app.cfg.Name, s.database)
+			sc, err = s.srv.Pool.Acquire(ctx, s.app.Cfg.Name, s.database)
 		}
 		s.endWait()
 		if err != nil {
@@ -482,7 +481,7 @@ func (s *Session) attach() error {
 	}
 	s.bindServer(sc)
 	sc.LastClient = s.remote
-	st := stateOf(sc)
+	st := backend.StateOf(sc)
 	ps, err := s.syncParams(sc, st)
 	if err != nil {
 		s.destroyServer(sc)
@@ -516,13 +515,13 @@ func (s *Session) acquireWithPin() (*pool.Conn, error) {
 	if s.co != nil {
 		p = parkedWait{s.co}
 	}
-	sc, err := s.srv.Pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
+	sc, err := s.srv.Pool.AcquireWithPin(ctx, s.app.Cfg.Name, s.database, p)
 	s.endWait()
 	if err != nil {
 		s.needProbe, s.pinWant = false, ""
 		return nil, err
 	}
-	s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.cfg.Name}
+	s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.Cfg.Name}
 	return sc, nil
 }
 
@@ -624,7 +623,7 @@ func (s *Session) writeServer() error {
 	default:
 		_, err = sc.Net.Write(out)
 	}
-	s.app.stats.toServer(len(out))
+	s.app.Stats.ToServer(len(out))
 	if len(s.sout) == 0 && cap(out) <= 64<<10 {
 		s.sout = out[:0]
 	}
@@ -659,7 +658,7 @@ func (s *Session) flushClient() error {
 		return nil
 	}
 	err := s.out.write(s.cout)
-	s.app.stats.toClient(len(s.cout))
+	s.app.Stats.ToClient(len(s.cout))
 	if cap(s.cout) > 64<<10 {
 		s.cout = nil
 	} else {
@@ -737,15 +736,15 @@ func (s *Session) attachFailed(err error, simple, begins bool) error {
 	case errors.Is(err, errSessionEnd):
 		return err
 	case errors.Is(err, pool.ErrPinTimeout):
-		pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
+		pe = policy.PinTimeout(s.app.Cfg.Name, s.app.Cfg.MaxPinned, s.app.Cfg.WaitTimeout.String())
 	case errors.Is(err, pool.ErrWaitTimeout):
-		pe = policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String())
+		pe = policy.PoolTimeout(s.app.Cfg.Name, s.app.Cfg.MaxConnections, s.app.Cfg.WaitTimeout.String())
 	case errors.Is(err, context.Canceled):
 		pe = errCanceled()
 	case errors.Is(err, pool.ErrClosed):
 		pe = errShutdown()
 	default:
-		pe = ServerLoginError(err, s.database, s.app).(*pgError)
+		pe = backend.LoginError(err, s.database, s.app.Cfg.Name).(*pgError)
 	}
 	if pe.Severity == "FATAL" {
 		return pe
@@ -785,7 +784,7 @@ func (s *Session) fail(pe *pgError, simple bool) error {
 	if s.link.sc == nil {
 		return s.localError(pe, simple)
 	}
-	sql := raiseSQL(pe)
+	sql := backend.RaiseSQL(pe)
 	if simple {
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			return s.attachFailed(err, true, false)
@@ -801,26 +800,6 @@ func (s *Session) fail(pe *pgError, simple bool) error {
 	s.unnamedHere = false
 	s.skipping = true
 	return nil
-}
-
-// raiseSQL is a statement that makes the server raise pe.
-func raiseSQL(pe *pgError) string {
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	var b strings.Builder
-	b.WriteString("DO $lockpool$BEGIN RAISE EXCEPTION USING ERRCODE = ")
-	b.WriteString(q(pe.Code))
-	b.WriteString(", MESSAGE = ")
-	b.WriteString(q(pe.Message))
-	if pe.Hint != "" {
-		b.WriteString(", HINT = ")
-		b.WriteString(q(pe.Hint))
-	}
-	if pe.Detail != "" {
-		b.WriteString(", DETAIL = ")
-		b.WriteString(q(pe.Detail))
-	}
-	b.WriteString("; END$lockpool$")
-	return b.String()
 }
 
 // analyze runs the prefilter and, on a hit, the lexer. sql aliases the
@@ -844,10 +823,10 @@ func (s *Session) decide(f *rewrite.Findings) policy.Decision {
 		return policy.Decision{}
 	}
 	in := policy.Input{
-		App:            s.app.cfg.Name,
-		AdvisoryLocks:  s.app.advisory,
-		SessionState:   s.app.sessionState,
-		SessionPool:    s.app.sessionPool,
+		App:            s.app.Cfg.Name,
+		AdvisoryLocks:  s.app.Advisory,
+		SessionState:   s.app.SessionState,
+		SessionPool:    s.app.SessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
 		Unlock:         local.CallsUnlock(f),
@@ -864,7 +843,7 @@ func (s *Session) decide(f *rewrite.Findings) policy.Decision {
 	for _, c := range f.State {
 		switch c.Kind {
 		case rewrite.Listen:
-			switch s.app.listen {
+			switch s.app.Listen {
 			case policy.Reject:
 				in.Listen = true
 			case policy.Pin:
@@ -915,7 +894,7 @@ func (s *Session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 	case policy.Refuse:
 		for _, fn := range f.Funcs {
 			if fn.SessionAcquire() {
-				s.app.rejected(fn.String())
+				s.app.Rejected(fn.String())
 			}
 		}
 		return false, s.fail(d.Err, simple)
@@ -930,13 +909,13 @@ func (s *Session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 			// ahead of sessions that wait holding nothing (pool.AcquirePin).
 			ctx := s.waitContext()
 			var err error
-			s.offload(func() { err = s.srv.Pool.AcquirePin(ctx, s.app.cfg.Name) })
+			s.offload(func() { err = s.srv.Pool.AcquirePin(ctx, s.app.Cfg.Name) })
 			s.endWait()
 			if err != nil {
 				var pe *pgError
 				switch {
 				case errors.Is(err, pool.ErrPinTimeout):
-					pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
+					pe = policy.PinTimeout(s.app.Cfg.Name, s.app.Cfg.MaxPinned, s.app.Cfg.WaitTimeout.String())
 				case errors.Is(err, context.Canceled):
 					pe = errCanceled()
 				default:
@@ -944,7 +923,7 @@ func (s *Session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				}
 				return false, s.fail(pe, simple)
 			}
-			s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.cfg.Name}
+			s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.Cfg.Name}
 		}
 		s.needProbe = true
 		if s.pinWant == "" {
@@ -1068,7 +1047,7 @@ func (s *Session) onQuery(n int) error {
 	}
 	if !f.Hit() {
 		if mayHit && changesSchema(q.SQL) {
-			s.srv.Stmts.retire()
+			s.srv.Stmts.Retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			begins := txcmd.Of(q.SQL) == txcmd.Begin
@@ -1084,7 +1063,7 @@ func (s *Session) onQuery(n int) error {
 		return s.answerQuery(h, &f, sql)
 	}
 	if changesSchema([]byte(sql)) {
-		s.srv.Stmts.retire()
+		s.srv.Stmts.Retire()
 	}
 	if deallocates(&f) && s.deallocate(&f, true) {
 		return nil
@@ -1256,7 +1235,7 @@ func (s *Session) cleanup() {
 	}
 	if sc != nil {
 		switch {
-		case clean && (s.link.pinned || s.app.sessionPool || s.slot != nil):
+		case clean && (s.link.pinned || s.app.SessionPool || s.slot != nil):
 			if s.resetServer(sc) {
 				s.releaseServer(sc)
 			} else {
@@ -1284,36 +1263,4 @@ func (s *Session) cleanup() {
 	s.endHandlers()
 	s.out.end(nil, nil)
 	s.srv.Host.Ended(s)
-}
-
-// ServerLoginError turns a failure to reach the server at login into what
-// the client sees.
-func ServerLoginError(err error, database string, as *App) error {
-	var pge *pgconn.PgError
-	if errors.As(err, &pge) {
-		msg := pge.Message
-		if !strings.HasPrefix(msg, "lockpool:") {
-			msg = "lockpool: " + msg
-		}
-		hint := pge.Hint
-		switch pge.Code {
-		case "3D000":
-			msg = fmt.Sprintf("lockpool: database %q does not exist", database)
-			hint = "Check the database name in the connection string."
-		case "28P01", "28000":
-			hint = "lockpool could not log in to PostgreSQL with the password configured for this user; check users[].password."
-		case "57P01", "57P02", "57P03":
-			hint = "PostgreSQL ended lockpool's login to it (shutting down, restarting, or the backend was terminated); retry in a moment."
-		case "53300":
-			hint = "PostgreSQL has no connection slot free for lockpool (its max_connections); lower server.max_connections or raise PostgreSQL's."
-		}
-		if hint == "" {
-			hint = fmt.Sprintf("PostgreSQL answered lockpool's login to it with this error (SQLSTATE %s).", pge.Code)
-		}
-		return &pgError{Code: pge.Code, Message: msg, Hint: hint}
-	}
-	if errors.Is(err, pool.ErrWaitTimeout) {
-		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to read server parameters", as.cfg.Name), Hint: "Retry in a moment."}
-	}
-	return &pgError{Code: "08006", Message: "lockpool: cannot connect to the PostgreSQL server", Hint: "Check that PostgreSQL is running and reachable from lockpool.", Detail: err.Error()}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 )
 
@@ -19,14 +21,14 @@ import (
 type Shared struct {
 	Log    *slog.Logger
 	Pool   *pool.Manager
-	Stmts  *StmtCatalog      // server statements known across sessions
-	Leases local.LeaseStore  // nil without a lease store
-	Locks  *advisory.Manager // advisory_locks: hold
-	Hub    *listen.Hub       // listen: shared
-	Seen   *SeenPIDs         // which client last read each backend's pid
-	Bufs   *wire.BufferPool  // client read buffers, lent while data flows
-	Base   context.Context   // ends after every session has ended
-	Host   Host              // the server's side
+	Stmts  *backend.StmtCatalog // server statements known across sessions
+	Leases local.LeaseStore     // nil without a lease store
+	Locks  *advisory.Manager    // advisory_locks: hold
+	Hub    *listen.Hub          // listen: shared
+	Seen   *SeenPIDs            // which client last read each backend's pid
+	Bufs   *wire.BufferPool     // client read buffers, lent while data flows
+	Base   context.Context      // ends after every session has ended
+	Host   Host                 // the server's side
 
 	kinds [numLocalKinds]local.Kind // the statements lockpool answers itself, asked in this order
 }
@@ -55,7 +57,7 @@ type Host interface {
 	Ended(s *Session)
 	// Unadmit gives back the session's place in its application's client
 	// limit, after Ended.
-	Unadmit(app *App)
+	Unadmit(app *appstate.App)
 	// KeyPIDLive reports whether pid is the key pid of a client of this
 	// server, or names another live instance of its cluster.
 	KeyPIDLive(pid uint32) bool
@@ -86,4 +88,4 @@ func (s *Session) Secret() uint32 { return s.secret }
 func (s *Session) DrainAfterTx() { s.drainAfterTx.Store(true) }
 
 // Application is the session's application.
-func (s *Session) Application() *App { return s.app }
+func (s *Session) Application() *appstate.App { return s.app }

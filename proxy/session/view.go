@@ -50,7 +50,7 @@ func (l *serverLink) adminView() LinkView {
 // View returns the session as the views show it: its fields fixed at
 // login, and its link read under the link's lock. Any goroutine may call it.
 func (s *Session) View() ClientView {
-	c := ClientView{ID: s.pid, App: s.app.cfg, User: s.user, Database: s.database, Remote: s.remote,
+	c := ClientView{ID: s.pid, App: s.app.Cfg, User: s.user, Database: s.database, Remote: s.remote,
 		Connected: time.Unix(0, s.connected), Link: s.link.adminView()}
 	_, c.TLS = s.conn.(*tls.Conn)
 	host, port, err := net.SplitHostPort(s.remote)
@@ -69,38 +69,3 @@ func (s *Session) View() ClientView {
 	}
 	return c
 }
-
-// AppTraffic is an application's traffic counters (SHOW STATS).
-type AppTraffic struct {
-	Since                          time.Time
-	Xacts, Queries, Received, Sent int64
-}
-
-// Config returns the application's configuration.
-func (a *App) Config() config.Application { return a.cfg }
-
-// Clients returns how many of the application's clients are logged in.
-func (a *App) Clients() int64 { return a.clientCount.Load() }
-
-// Admit counts one more logged-in client and reports whether it is within
-// max_clients; when not, the count is as before.
-func (a *App) Admit() bool {
-	if n := a.clientCount.Add(1); a.cfg.MaxClients > 0 && int(n) > a.cfg.MaxClients {
-		a.clientCount.Add(-1)
-		return false
-	}
-	return true
-}
-
-// Unadmit counts one logged-in client fewer.
-func (a *App) Unadmit() { a.clientCount.Add(-1) }
-
-// Traffic returns the application's traffic counters, each read atomically.
-func (a *App) Traffic() AppTraffic {
-	st := a.stats
-	return AppTraffic{Since: st.since, Xacts: st.xacts.Load(), Queries: st.queries.Load(), Received: st.received.Load(), Sent: st.sent.Load()}
-}
-
-// NoteLeaked counts a server connection of the application the leak sweep
-// closed because it held advisory locks.
-func (a *App) NoteLeaked() { a.leaked.Inc() }

@@ -1,13 +1,15 @@
-package session
+package appstate
 
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -57,56 +59,56 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // bindApp precomputes the children the hot path touches.
 func (m *Metrics) bindApp(a *App) {
-	a.clients = m.clients.WithLabelValues(a.cfg.Name)
-	a.pins = m.pins.WithLabelValues(a.cfg.Name)
-	a.leaked = m.leaked.WithLabelValues(a.cfg.Name)
-	a.prepHit = m.prepared.WithLabelValues(a.cfg.Name, "hit")
-	a.prepMiss = m.prepared.WithLabelValues(a.cfg.Name, "miss")
-	a.prepEvict = m.prepared.WithLabelValues(a.cfg.Name, "eviction")
-	a.pinnedGauge = m.pinned
+	a.Connected = m.clients.WithLabelValues(a.Cfg.Name)
+	a.Pins = m.pins.WithLabelValues(a.Cfg.Name)
+	a.Leaked = m.leaked.WithLabelValues(a.Cfg.Name)
+	a.PrepHit = m.prepared.WithLabelValues(a.Cfg.Name, "hit")
+	a.PrepMiss = m.prepared.WithLabelValues(a.Cfg.Name, "miss")
+	a.PrepEvict = m.prepared.WithLabelValues(a.Cfg.Name, "eviction")
+	a.PinnedGauge = m.pinned
 	a.rejectedVec = m.rejected
 	// Make every series visible at zero from the start, so dashboards and
 	// alerts see 0 rather than no data.
-	for _, reason := range probeReasons {
-		m.pinned.WithLabelValues(a.cfg.Name, reason)
+	for _, reason := range backend.ProbeReasons {
+		m.pinned.WithLabelValues(a.Cfg.Name, reason)
 	}
 	for f := rewrite.AdvisoryLock; f.SessionAcquire(); f++ {
-		c := m.rejected.WithLabelValues(a.cfg.Name, f.String())
+		c := m.rejected.WithLabelValues(a.Cfg.Name, f.String())
 		a.rejectedCache.Store(f.String(), c)
 	}
-	m.hold.Show(a.cfg.Name)
+	m.hold.Show(a.Cfg.Name)
 }
 
-// rejected counts a call of fn refused by policy.
-func (a *App) rejected(fn string) {
+// Rejected counts a call of fn refused by policy.
+func (a *App) Rejected(fn string) {
 	if c, ok := a.rejectedCache.Load(fn); ok {
 		c.(prometheus.Counter).Inc()
 		return
 	}
-	c := a.rejectedVec.WithLabelValues(a.cfg.Name, fn)
+	c := a.rejectedVec.WithLabelValues(a.Cfg.Name, fn)
 	a.rejectedCache.Store(fn, c)
 	c.Inc()
 }
 
 // App is an application's configuration as the sessions use it.
 type App struct {
-	cfg           config.Application
-	advisory      policy.Mode
-	sessionState  policy.Mode
-	listen        policy.Mode // Shared, Pin or Reject
-	sessionPool   bool
-	clients       prometheus.Gauge
-	pins          prometheus.Counter
-	leaked        prometheus.Counter
-	prepHit       prometheus.Counter
-	prepMiss      prometheus.Counter
-	prepEvict     prometheus.Counter
-	pinnedGauge   *prometheus.GaugeVec
-	hold          *local.HoldApp // advisory_locks: hold metrics; nil under other policies
+	Cfg           config.Application
+	Advisory      policy.Mode
+	SessionState  policy.Mode
+	Listen        policy.Mode // Shared, Pin or Reject
+	SessionPool   bool
+	Connected     prometheus.Gauge
+	Pins          prometheus.Counter
+	Leaked        prometheus.Counter
+	PrepHit       prometheus.Counter
+	PrepMiss      prometheus.Counter
+	PrepEvict     prometheus.Counter
+	PinnedGauge   *prometheus.GaugeVec
+	Hold          *local.HoldApp // advisory_locks: hold metrics; nil under other policies
 	rejectedVec   *prometheus.CounterVec
 	rejectedCache sync.Map // function name -> prometheus.Counter
 	clientCount   *atomic.Int64
-	stats         *appStats // SHOW STATS counters (appstats.go)
+	Stats         *Stats // SHOW STATS counters (stats.go)
 }
 
 // NewApp makes an application's state from its configuration; prev is
@@ -128,14 +130,49 @@ func NewApp(a config.Application, m *Metrics, prev *App) (*App, error) {
 	if a.Listen == "" {
 		lm = policy.Shared
 	}
-	as := &App{cfg: a, advisory: adv, sessionState: st, listen: lm, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
+	as := &App{Cfg: a, Advisory: adv, SessionState: st, Listen: lm, SessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), Stats: newStats()}
 	if prev != nil {
 		as.clientCount = prev.clientCount
-		as.stats = prev.stats
+		as.Stats = prev.Stats
 	}
 	m.bindApp(as)
 	if adv == policy.Hold {
-		as.hold = m.hold.App(a.Name)
+		as.Hold = m.hold.App(a.Name)
 	}
 	return as, nil
 }
+
+// AppTraffic is an application's traffic counters (SHOW STATS).
+type AppTraffic struct {
+	Since                          time.Time
+	Xacts, Queries, Received, Sent int64
+}
+
+// Config returns the application's configuration.
+func (a *App) Config() config.Application { return a.Cfg }
+
+// Clients returns how many of the application's clients are logged in.
+func (a *App) Clients() int64 { return a.clientCount.Load() }
+
+// Admit counts one more logged-in client and reports whether it is within
+// max_clients; when not, the count is as before.
+func (a *App) Admit() bool {
+	if n := a.clientCount.Add(1); a.Cfg.MaxClients > 0 && int(n) > a.Cfg.MaxClients {
+		a.clientCount.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Unadmit counts one logged-in client fewer.
+func (a *App) Unadmit() { a.clientCount.Add(-1) }
+
+// Traffic returns the application's traffic counters, each read atomically.
+func (a *App) Traffic() AppTraffic {
+	st := a.Stats
+	return AppTraffic{Since: st.since, Xacts: st.xacts.Load(), Queries: st.queries.Load(), Received: st.received.Load(), Sent: st.sent.Load()}
+}
+
+// NoteLeaked counts a server connection of the application the leak sweep
+// closed because it held advisory locks.
+func (a *App) NoteLeaked() { a.Leaked.Inc() }

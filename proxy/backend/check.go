@@ -1,4 +1,4 @@
-package session
+package backend
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
-// CheckOnConn applies pairs with set_config on sc inside a transaction that
+// CheckStartup applies pairs with set_config on sc inside a transaction that
 // it rolls back, after RESET ALL so that values that combine with the
 // current one (DateStyle) combine with the defaults, not with what the last
 // client left on the connection. An error means sc is unusable.
-func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param) (*startupparam.Checked, *pgError, error) {
+func CheckStartup(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param) (*startupparam.Checked, *pgerr.Error, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		dl = time.Now().Add(10 * time.Second)
@@ -29,15 +29,15 @@ func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param)
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("pg_catalog.set_config(" + sqlLiteral(p.Name) + ", " + sqlLiteral(p.Value) + ", true)")
+		q.WriteString("pg_catalog.set_config(" + SQLLiteral(p.Name) + ", " + SQLLiteral(p.Value) + ", true)")
 	}
 	q.WriteString("; ROLLBACK")
 	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
 		return nil, nil, err
 	}
-	st := stateOf(sc)
+	st := StateOf(sc)
 	e := &startupparam.Checked{}
-	var verdict *pgError
+	var verdict *pgerr.Error
 	var broken error
 	var status byte
 	read := func(typ byte, body []byte) {
@@ -52,7 +52,7 @@ func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param)
 		case 'N':
 			e.Notices = wire.AppendFrame(e.Notices, 'N', body)
 		case 'D':
-			dataRowColumns(body, func(i int, v []byte, null bool) {
+			DataRowColumns(body, func(i int, v []byte, null bool) {
 				if i == len(e.Values) && !null {
 					e.Values = append(e.Values, string(v))
 				}
@@ -60,7 +60,7 @@ func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param)
 		case 'S':
 			if k, rest, ok := wire.CString(body); ok {
 				v, _, _ := wire.CString(rest)
-				st.params[lower(string(k))] = string(v)
+				st.Params[Lower(string(k))] = string(v)
 			}
 		case 'Z':
 			if len(body) > 0 {
@@ -68,7 +68,7 @@ func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param)
 			}
 		}
 	}
-	if err := readUntilReady(sc, read); err != nil {
+	if err := ReadUntilReady(sc, read); err != nil {
 		return nil, nil, err
 	}
 	if broken != nil {
@@ -79,7 +79,7 @@ func CheckOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param)
 		if _, err := sc.Net.Write(wire.AppendQuery(nil, "ROLLBACK")); err != nil {
 			return nil, nil, err
 		}
-		if err := readUntilReady(sc, read); err != nil {
+		if err := ReadUntilReady(sc, read); err != nil {
 			return nil, nil, err
 		}
 	}
