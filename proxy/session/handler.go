@@ -23,7 +23,7 @@ import (
 
 // sendIdle writes what the local handlers have for an idle client.
 func (s *Session) sendIdle() {
-	if s.extras == nil || s.q.len() > 0 || s.status() != 'I' || s.unsynced || s.copyIn {
+	if s.extras == nil || s.q.len() > 0 || s.status() != 'I' || s.pos.unsynced || s.pos.copyIn {
 		return
 	}
 	for _, h := range s.extras.local {
@@ -218,7 +218,7 @@ func (s *Session) executeLocal(p *localPortalEntry) error {
 	if err := s.settle(); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	if s.status() == 'E' {

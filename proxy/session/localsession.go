@@ -98,7 +98,7 @@ func (s *Session) noteFallback(d policy.Decision, sql string) {
 // have failed the client's transaction behind its back.
 func (s *Session) lockLimits() (advisory.Limits, *pgerr.Error) {
 	lt, st := s.params.Values()["lock_timeout"], s.params.Values()["statement_timeout"]
-	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
+	if s.link.sc != nil && s.pos.txStatus == 'T' && s.q.len() == 0 && !s.pos.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
 		v, err := s.readTimeouts()
 		if err != nil {
 			return advisory.Limits{}, s.exchangeBroken(err)
@@ -197,8 +197,8 @@ func (s *Session) postDeliver() {
 // them. A session that runs writes them at its next idle point anyway.
 func (s *Session) deliverWake() {
 	switch {
-	case s.ended:
-	case s.resting:
+	case s.life == lifeEnded:
+	case s.life == lifeResting:
 		if s.loop.StopOnReadable(s.sock) {
 			s.loop.Go(s.resume)
 		}

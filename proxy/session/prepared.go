@@ -121,7 +121,7 @@ func (s *Session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	// An unnamed statement parsed first in a batch outside a transaction
 	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
 	clientRest := restCopy
-	restCopy = s.serverParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
+	restCopy = s.serverParse(restCopy, &f, nameS == "" && s.pos.txStatus == 'I' && s.localTx == 0 && !s.pos.unsynced)
 	s.noteFallback(d, string(query))
 	switch d.Action {
 	case policy.Refuse:
@@ -387,7 +387,7 @@ func (s *Session) onBind(n int) error {
 		if err := s.ensureUnnamed(); err != nil {
 			return err
 		}
-		if s.skipping {
+		if s.pos.skipping {
 			return nil
 		}
 		s.expectNotifies(f, tail)
@@ -401,7 +401,7 @@ func (s *Session) onBind(n int) error {
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	s.expectNotifies(f, tail)
@@ -441,7 +441,7 @@ func (s *Session) onDescribe(n int) error {
 			if err := s.ensureUnnamed(); err != nil {
 				return err
 			}
-			if s.skipping {
+			if s.pos.skipping {
 				return nil
 			}
 		}
@@ -458,7 +458,7 @@ func (s *Session) onDescribe(n int) error {
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName, desc: st})

@@ -16,13 +16,13 @@ import (
 )
 
 // pump relays server messages to the client until the server has answered
-// everything it was asked to answer (s.asked), or the server waits for COPY
+// everything it was asked to answer (s.pos.asked), or the server waits for COPY
 // data from the client. At ReadyForQuery with nothing more owed it settles
 // the session (probe, read-back, give the connection back).
 func (s *Session) pump() error {
 	sc := s.link.sc
 	r := sc.Reader
-	for s.asked > 0 && !s.copyIn && s.link.sc == sc {
+	for s.pos.asked > 0 && !s.pos.copyIn && s.link.sc == sc {
 		if r.Buffered() == 0 && len(s.cout) > 0 {
 			if err := s.flushClient(); err != nil {
 				return err
@@ -55,8 +55,8 @@ func (s *Session) pump() error {
 		if err := s.onServerMessage(typ, body); err != nil {
 			return err
 		}
-		if s.settled {
-			s.settled = false
+		if s.pos.settled {
+			s.pos.settled = false
 			if err := s.safePoint(); err != nil {
 				return err
 			}
@@ -128,7 +128,7 @@ func (s *Session) onServerMessage(typ byte, body []byte) error {
 	if typ == 'E' {
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		if backend.EndsConnection(body) {
-			s.sawFatal = true
+			s.pos.sawFatal = true
 			s.serverGone(pool.FatalReason(body))
 		}
 		if l := s.listeningOf(); l != nil {
@@ -152,7 +152,7 @@ func (s *Session) onServerMessage(typ byte, body []byte) error {
 			s.popServer(true)
 		}
 		if s.q.front() == nil {
-			s.skipping = true // the rest of the batch has not come yet
+			s.pos.skipping = true // the rest of the batch has not come yet
 		}
 		return nil
 	}
@@ -322,7 +322,7 @@ func completionOf(k replyKind) byte {
 func (s *Session) noteCopy(f *reply, typ byte) {
 	if typ == 'G' || typ == 'W' {
 		if !f.copyDone { // else the client already sent all of its data
-			s.copyIn = true
+			s.pos.copyIn = true
 		}
 	}
 }
@@ -341,8 +341,8 @@ func (s *Session) popServer(failed bool) reply {
 // dropServer removes the front entry (a server reply that completed) when
 // nothing of it is needed any more: popServer without the copy.
 func (s *Session) dropServer() {
-	if s.q.drop() && s.asked > 0 {
-		s.asked--
+	if s.q.drop() && s.pos.asked > 0 {
+		s.pos.asked--
 	}
 }
 
@@ -383,19 +383,19 @@ func (s *Session) onReady(body []byte) error {
 			break
 		}
 	}
-	s.txStatus = body[0]
-	s.app.Stats.Ready(s.txStatus)
+	s.pos.txStatus = body[0]
+	s.app.Stats.Ready(s.pos.txStatus)
 	if l := s.listeningOf(); l != nil {
-		if err := l.Ready(s, s.txStatus, false); err != nil {
+		if err := l.Ready(s, s.pos.txStatus, false); err != nil {
 			return err
 		}
-		if s.txStatus == 'I' {
+		if s.pos.txStatus == 'I' {
 			s.cout = l.IdleMessages(s, s.cout) // as PostgreSQL, before the ReadyForQuery
 		}
 	}
-	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
+	s.cout = wire.AppendReadyForQuery(s.cout, s.pos.txStatus)
 	s.emitFront()
-	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
+	s.pos.settled = s.pos.answered(s.q.server, len(s.sout))
 	if s.q.server == 0 && s.extras != nil {
 		s.extras.signals = 0
 	}
@@ -414,7 +414,7 @@ func (s *Session) safePoint() error {
 	if cancelling != nil {
 		s.offload(func() { <-cancelling }) // see cancelRunning
 	}
-	if s.txStatus == 'I' && (s.needProbe || s.setsPending) {
+	if s.pos.txStatus == 'I' && (s.needProbe || s.setsPending) {
 		if err := s.link.to(linkProbing); err != nil {
 			return err
 		}
@@ -467,23 +467,23 @@ func (s *Session) safePoint() error {
 			return err
 		}
 	}
-	if s.txStatus == 'I' && s.extras != nil {
+	if s.pos.txStatus == 'I' && s.extras != nil {
 		s.insertReadyNotices()
 	}
-	if s.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
+	if s.pos.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
 		s.served.Store(true) // a Handoff closes this client at its next idle point (session.drain)
 	}
 	s.link.mu.Lock()
 	draining := s.link.draining || s.drainAfterTx.Load() && s.executed.Load()
 	s.link.mu.Unlock()
-	if s.txStatus == 'I' && draining {
+	if s.pos.txStatus == 'I' && draining {
 		if s.link.pinned || s.slot != nil {
 			return errShutdown()
 		}
 		s.release()
 		return errShutdown()
 	}
-	if s.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.SessionPool {
+	if s.pos.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.SessionPool {
 		s.release()
 	}
 	return nil
@@ -492,7 +492,7 @@ func (s *Session) safePoint() error {
 // release gives the idle connection back to the pool.
 func (s *Session) release() {
 	sc := s.link.detach()
-	s.asked = 0
+	s.pos.asked = 0
 	if sc != nil {
 		s.releaseServer(sc)
 	}
@@ -579,13 +579,13 @@ func (s *Session) serverLost(err error) error {
 		return err // a kill interrupted the wait: its FATAL ends the session
 	}
 	sc := s.link.sc
-	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.SessionPool || s.copyIn || len(s.sout) > 0
+	mustEnd := s.q.len() > 0 || s.pos.unsynced || s.pos.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.SessionPool || s.pos.copyIn || len(s.sout) > 0
 	wasPinned := s.link.pinned || s.slot != nil
 	_ = s.link.to(linkLost)
 	for s.q.len() > 0 {
 		s.undo(s.q.pop())
 	}
-	s.asked, s.unsynced, s.copyIn, s.askPending = 0, false, false, false
+	s.pos.asked, s.pos.unsynced, s.pos.copyIn, s.pos.askPending = 0, false, false, false
 	s.sout = s.sout[:0]
 	s.link.detach()
 	if sc != nil {
@@ -611,10 +611,10 @@ func (s *Session) serverLost(err error) error {
 		s.srv.Log.Debug("server connection lost", "app", s.app.Cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
 	}
 	if !mustEnd {
-		s.txStatus = 'I'
+		s.pos.txStatus = 'I'
 		return nil
 	}
-	if s.sawFatal {
+	if s.pos.sawFatal {
 		return errSessionEnd // the server's FATAL is the last message
 	}
 	return pgerr.ConnectionLost(wasPinned).Fatal()
@@ -676,7 +676,7 @@ func (s *Session) watchIdle() error {
 		switch typ {
 		case 'E':
 			if backend.EndsConnection(body) {
-				s.sawFatal = true
+				s.pos.sawFatal = true
 				s.serverGone(pool.FatalReason(body))
 			}
 		case 'S':
@@ -705,7 +705,7 @@ func (s *Session) watchCopy() error {
 	if s.co == nil || srv == nil || !srv.Adopted() || !s.sock.Adopted() || s.r.Buffered() > 0 {
 		return nil // outside the loop (tests): the server is read after the client's CopyDone
 	}
-	for s.copyIn && s.link.sc == sc {
+	for s.pos.copyIn && s.link.sc == sc {
 		if _, whole, large := sc.Reader.NextReady(); !whole && !large {
 			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
 			if errors.Is(err, errDeliver) {
@@ -726,7 +726,7 @@ func (s *Session) watchCopy() error {
 			break
 		}
 	}
-	if s.link.sc == sc && !s.copyIn && s.asked > 0 {
+	if s.link.sc == sc && !s.pos.copyIn && s.pos.asked > 0 {
 		return s.flushBatch() // the rest of the reply (a simple query's ReadyForQuery)
 	}
 	return nil
@@ -781,7 +781,7 @@ func (s *Session) drainServer() (bool, error) {
 			return true, s.drainFlush()
 		}
 		if typ == 'E' {
-			s.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
+			s.pos.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
 		}
 		if err := s.onServerMessage(typ, body); err != nil {
 			return false, drainError{err}

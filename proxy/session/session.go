@@ -74,8 +74,7 @@ type Session struct {
 	loop     *evloop.Loop // the loop that runs the session
 	co       *evloop.Co   // the coroutine running it now (nil while it rests)
 	sock     *evloop.Conn // the client's socket (below TLS, if any)
-	resting  bool         // idle with no coroutine: the loop resumes it when the client speaks
-	ended    bool         // cleaned up
+	life     lifeState    // new, running, resting or ended (states.go)
 	mustRead bool         // the client's socket is readable: read before resting again
 	killed   *pgError     // a kill that reached the session while it rested
 	done     func()       // runs once the session ended and cleaned up
@@ -98,15 +97,7 @@ type Session struct {
 	sout       []byte     // buffered writes to the server
 	srvScratch []byte     // server messages larger than the read buffer
 	cout       []byte     // buffered writes to the client
-	asked      int        // server entries of q the server was asked to answer (Sync, Query or Flush sent)
-	askPending bool       // sout ends with a Sync, Query, FunctionCall or Flush
-	unsynced   bool       // extended-protocol messages went to the server after the last Sync
-	txStatus   byte       // the server's last ReadyForQuery status
-	copyIn     bool       // the server waits for COPY data from the client
-	copyData   bool       // s.sout holds COPY messages: written now (WriteDraining), not deferred
-	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
-	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
-	skipping   bool       // discarding client messages until Sync after an error
+	pos        position   // where the conversation with the server stands (states.go)
 	watching   bool       // waiting in watchIdle: notifications to write interrupt the wait (deliverWake)
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
@@ -159,7 +150,7 @@ func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, d
 	}
 	s := &Session{
 		srv: srv, conn: conn, r: wire.NewReader(conn, srv.Bufs, early), app: as, user: user, database: database,
-		remote: conn.RemoteAddr().String(), txStatus: 'I',
+		remote: conn.RemoteAddr().String(), pos: position{txStatus: 'I'},
 	}
 	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
@@ -189,7 +180,7 @@ func (s *Session) Run(co *evloop.Co, sock *evloop.Conn, done func()) {
 // has no coroutine and no stack: its loop starts a new coroutine on resume
 // when the client's socket becomes readable.
 func (s *Session) resume(co *evloop.Co) {
-	s.co, s.resting = co, false
+	s.co, s.life = co, lifeRunning
 	if err := s.sock.Bind(co); err != nil {
 		s.srv.Log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
 	}
@@ -197,7 +188,7 @@ func (s *Session) resume(co *evloop.Co) {
 		s.mustRead = true // unless it rests below: the client spoke meanwhile
 		if s.loop.GoOnReadable(s.sock, s.wakeFn) {
 			s.mustRead = false
-			s.resting = true
+			s.life = lifeResting
 			s.co = nil
 			s.r.Release()
 			s.sock.Unbind()
@@ -220,8 +211,8 @@ func (s *Session) wake(co *evloop.Co) {
 // session is woken to say it.
 func (s *Session) interrupt(pe *pgError) {
 	switch {
-	case s.ended:
-	case s.resting:
+	case s.life == lifeEnded:
+	case s.life == lifeResting:
 		s.killed = pe
 		if s.loop.StopOnReadable(s.sock) {
 			s.loop.Go(s.resume)
@@ -238,7 +229,7 @@ func (s *Session) interrupt(pe *pgError) {
 // restable reports whether the session may rest: idle, with no server
 // connection and nothing owed, on an adopted socket.
 func (s *Session) restable() bool {
-	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.copyIn &&
+	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.pos.copyIn &&
 		s.r.Buffered() == 0 && s.killed == nil && !s.mustRead
 }
 
@@ -253,7 +244,7 @@ func (s *Session) turn() (ended bool) {
 			ended = true
 		}
 		if ended {
-			s.ended = true
+			s.life = lifeEnded
 			s.cleanup()
 			s.srv.Host.Unadmit(s.app)
 			s.app.Connected.Dec()
@@ -301,7 +292,7 @@ func (s *Session) turn() (ended bool) {
 			s.end(pgerr.MessageTooLarge(n, maxMsg))
 			return true
 		}
-		if s.skipping && typ != 'S' && typ != 'X' {
+		if s.pos.skipping && typ != 'S' && typ != 'X' {
 			if err := s.discard(n); err != nil {
 				return true
 			}
@@ -348,7 +339,7 @@ func (s *Session) dispatch(typ byte, n int) error {
 		}
 		return s.forwardBody(typ, n)
 	case 'd', 'c', 'f':
-		if !s.copyIn && !s.copyMayStart() {
+		if !s.pos.copyIn && !s.copyMayStart() {
 			// No COPY runs or can start (none was asked for, or the server
 			// ended it with an error): PostgreSQL ignores these, and so
 			// does lockpool, whatever connection the session holds.
@@ -358,13 +349,13 @@ func (s *Session) dispatch(typ byte, n int) error {
 		// client may send its data right after the COPY statement); the
 		// server ignores COPY messages outside COPY.
 		if typ != 'd' {
-			if s.copyIn {
-				s.copyIn = false
+			if s.pos.copyIn {
+				s.pos.copyIn = false
 			} else if r := s.q.back(); r != nil && (r.kind == replyQuery || r.kind == replyExecute) {
 				r.copyDone = true // the COPY ends before its CopyInResponse is relayed
 			}
 		}
-		s.copyData = true
+		s.pos.copyData = true
 		return s.forwardBody(typ, n)
 	}
 	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
@@ -416,23 +407,23 @@ func isTimeout(err error) bool {
 // idleInTransaction reports whether the client is idle inside a
 // transaction block on its server connection.
 func (s *Session) idleInTransaction() bool {
-	return s.link.sc != nil && s.txStatus != 'I' && s.q.len() == 0
+	return s.link.sc != nil && s.pos.txStatus != 'I' && s.q.len() == 0
 }
 
 // idle prepares for a wait on the client: a pinned session's server is
 // watched meanwhile (notifications, its death: watchIdle), and a client
 // idle inside a transaction gets idle_transaction_timeout to speak.
 func (s *Session) idle() error {
-	if s.copyIn && s.link.sc != nil {
+	if s.pos.copyIn && s.link.sc != nil {
 		return s.watchCopy()
 	}
 	if s.link.sc == nil || s.q.len() > 0 {
 		return nil
 	}
-	if s.idleTx > 0 && s.txStatus != 'I' {
+	if s.idleTx > 0 && s.pos.txStatus != 'I' {
 		s.r.SetDeadline(time.Now().Add(s.idleTx))
 	}
-	if s.txStatus == 'I' && !s.unsynced && (s.link.pinned || s.app.SessionPool) {
+	if s.pos.idle() && (s.link.pinned || s.app.SessionPool) {
 		return s.watchIdle()
 	}
 	return nil
@@ -497,8 +488,8 @@ func (s *Session) attach() error {
 		return err
 	}
 	s.unnamedHere = false
-	s.txStatus = 'I'
-	s.sawFatal = false
+	s.pos.txStatus = 'I'
+	s.pos.sawFatal = false
 	s.cout = append(s.cout, ps...)
 	return nil
 }
@@ -535,13 +526,13 @@ func (s *Session) toServer(kind replyKind, op replyOp) error {
 	switch kind {
 	case 0:
 	case replyQuery:
-		s.askPending = true
+		s.pos.askPending = true
 	case replySync:
-		s.askPending = true
-		s.unsynced = false
+		s.pos.askPending = true
+		s.pos.unsynced = false
 	default:
-		s.unsynced = true
-		s.askPending = false
+		s.pos.unsynced = true
+		s.pos.askPending = false
 	}
 	if kind != 0 {
 		s.q.push(reply{kind: kind, op: op})
@@ -553,8 +544,8 @@ func (s *Session) toServer(kind replyKind, op replyOp) error {
 // after toServer: the same rules, with a statement to forget on failure.
 func (s *Session) expect(r reply) {
 	s.q.push(r)
-	s.unsynced = true
-	s.askPending = false
+	s.pos.unsynced = true
+	s.pos.askPending = false
 }
 
 // forwardBody forwards the n-byte body of a client message unchanged.
@@ -609,9 +600,9 @@ func (s *Session) writeServer() error {
 	var err error
 	d, ok := sc.Net.(*evloop.Conn)
 	switch {
-	case ok && s.copyData:
+	case ok && s.pos.copyData:
 		// COPY data goes now, relaying what the server says meanwhile.
-		s.copyData = false
+		s.pos.copyData = false
 		_, err = d.WriteDraining(out, s.drainServer)
 	case ok:
 		// Sent at the end of the loop's turn with the turn's other
@@ -627,9 +618,9 @@ func (s *Session) writeServer() error {
 	if len(s.sout) == 0 && cap(out) <= 64<<10 {
 		s.sout = out[:0]
 	}
-	if s.askPending {
-		s.asked = s.q.server
-		s.askPending = false
+	if s.pos.askPending {
+		s.pos.asked = s.q.server
+		s.pos.askPending = false
 	}
 	if err != nil {
 		return s.serverLost(err)
@@ -644,7 +635,7 @@ func (s *Session) flushBatch() error {
 	if err := s.writeServer(); err != nil {
 		return err
 	}
-	if s.asked > 0 && !s.copyIn {
+	if s.pos.asked > 0 && !s.pos.copyIn {
 		if err := s.pump(); err != nil {
 			return err
 		}
@@ -670,19 +661,19 @@ func (s *Session) flushClient() error {
 // settle brings the server conversation up to the message being handled:
 // every earlier message is answered and its reply queued for the client, so
 // that a reply lockpool makes itself can follow in order, and an error
-// earlier in the batch is known (then s.skipping is set).
+// earlier in the batch is known (then s.pos.skipping is set).
 func (s *Session) settle() error {
 	if s.link.sc == nil || s.q.server == 0 && len(s.sout) == 0 {
 		return nil
 	}
-	if s.q.server > 0 && !s.askPending {
+	if s.q.server > 0 && !s.pos.askPending {
 		s.sout = append(s.sout, 'H', 0, 0, 0, 4) // Flush: the server sends what it has
-		s.askPending = true
+		s.pos.askPending = true
 	}
 	if err := s.writeServer(); err != nil {
 		return err
 	}
-	if s.asked > 0 && !s.copyIn {
+	if s.pos.asked > 0 && !s.pos.copyIn {
 		return s.pump()
 	}
 	return nil
@@ -716,7 +707,7 @@ func (s *Session) status() byte {
 	if s.link.sc == nil {
 		return 'I'
 	}
-	return s.txStatus
+	return s.pos.txStatus
 }
 
 // attachFailed reports a failure to get a server connection. The client
@@ -765,7 +756,7 @@ func (s *Session) localError(pe *pgError, simple bool) error {
 	if simple {
 		buf = wire.AppendReadyForQuery(buf, s.status())
 	} else {
-		s.skipping = true
+		s.pos.skipping = true
 	}
 	s.pushLocal(buf, nil)
 	return nil
@@ -798,7 +789,7 @@ func (s *Session) fail(pe *pgError, simple bool) error {
 	s.sout = wire.AppendParse(s.sout, "", sql, nil)
 	s.sout = wire.AppendBindExecute(s.sout, "")
 	s.unnamedHere = false
-	s.skipping = true
+	s.pos.skipping = true
 	return nil
 }
 
@@ -1073,7 +1064,7 @@ func (s *Session) onQuery(n int) error {
 	if !ok || err != nil {
 		return err
 	}
-	sql, tags := s.rewriteStatements(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
+	sql, tags := s.rewriteStatements(sql, &f, s.pos.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
 	if f.LeaseFence && s.srv.Leases != nil {
 		sql = rewrite.RewriteFence(sql, s.srv.Leases.Schema())
 	}
@@ -1096,15 +1087,15 @@ func (s *Session) onSync(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
-	failed := s.skipping
-	s.skipping = false
+	failed := s.pos.skipping
+	s.pos.skipping = false
 	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// Nothing ran on a server: nothing can be held.
 		s.slot.Release()
 		s.slot, s.wantSlot, s.needProbe, s.pinWant = nil, false, false, ""
 	}
 	if s.link.sc == nil {
-		s.unsynced = false
+		s.pos.unsynced = false
 		if l := s.listeningOf(); l != nil {
 			if err := l.Ready(s, s.status(), failed); err != nil {
 				return err
@@ -1130,7 +1121,7 @@ func (s *Session) onFlush(n int) error {
 	}
 	if s.link.sc != nil {
 		s.sout = append(s.sout, 'H', 0, 0, 0, 4)
-		s.askPending = true
+		s.pos.askPending = true
 	}
 	return nil
 }
@@ -1226,8 +1217,8 @@ func (s *Session) cleanup() {
 	// A link left probing is one whose own exchange with the server (probe,
 	// read-back) stopped half way: replies are unread, so it is not clean.
 	midExchange := s.link.state == linkProbing
-	clean := !lost && !midExchange && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal
-	busy := s.q.server > 0 || s.unsynced
+	clean := !lost && !midExchange && s.pos.clean(s.q.server)
+	busy := s.q.server > 0 || s.pos.unsynced
 	_ = s.link.to(linkClosing)
 	s.link.detach()
 	if sc != nil && clean {

@@ -93,7 +93,7 @@ func (s *Session) inLocalFailedTx(typ byte, n int) error {
 		if err := s.discard(n); err != nil {
 			return err
 		}
-		s.skipping = false
+		s.pos.skipping = false
 		s.pushLocal(wire.AppendReadyForQuery(nil, s.status()), nil)
 		return nil
 	case 'H', 'd', 'c', 'f':
@@ -108,7 +108,7 @@ func (s *Session) inLocalFailedTx(typ byte, n int) error {
 		return wire.ProtocolErrorf("invalid frontend message type %d", typ)
 	}
 	// An extended-protocol message that does not end the block.
-	s.skipping = true
+	s.pos.skipping = true
 	s.pushLocal(appendError(nil, 'E', errAborted()), nil)
 	return nil
 }
