@@ -6,9 +6,9 @@ import "testing"
 // for the states a conversation with the server passes through.
 func TestPositionSafePoints(t *testing.T) {
 	for _, c := range []struct {
-		name                 string
-		p                    position
-		owed, unsent         int
+		name                  string
+		p                     position
+		owed, unsent          int
 		idle, clean, answered bool
 	}{
 		{"fresh", position{txStatus: 'I'}, 0, 0, true, true, true},
