@@ -3,6 +3,8 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockpool/lockpool/internal/pgerr"
@@ -91,4 +93,72 @@ func Reset(sc *pool.Conn) bool {
 	st.Synced = ""
 	held, _, err := Probe(sc, nil)
 	return err == nil && !held
+}
+
+// ReadTimeouts asks sc, idle inside a client's transaction block, for
+// lock_timeout and statement_timeout as they are in force there (SET LOCAL
+// included). An error other than ErrRefused leaves sc out of step.
+func ReadTimeouts(sc *pool.Conn) ([2]string, error) {
+	var v [2]string
+	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
+	defer sc.Net.SetDeadline(time.Time{})
+	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
+		return v, err
+	}
+	rows := 0
+	var refused error
+	err := ReadUntilReady(sc, func(typ byte, body []byte) {
+		switch typ {
+		case 'D':
+			rows++
+			DataRowColumns(body, func(i int, b []byte, null bool) {
+				if i < 2 && !null {
+					v[i] = string(b)
+				}
+			})
+		case 'E':
+			refused = fmt.Errorf("%w: %s", ErrRefused, pgerr.FromBody(body).Message)
+		}
+	})
+	switch {
+	case err != nil:
+		return v, err
+	case refused != nil:
+		return v, refused // the client's transaction failed with it
+	case rows != 1:
+		return v, fmt.Errorf("%w: %d for lock_timeout and statement_timeout", errUnexpectedRows, rows)
+	}
+	return v, nil
+}
+
+// errUnexpectedRows is a reply of the wrong shape to one of lockpool's own
+// statements.
+var errUnexpectedRows = errors.New("unexpected number of rows")
+
+// GUCDuration parses a time setting as PostgreSQL shows or accepts it
+// ("0", "250", "250ms", "1s", "2min", "1h", "1d"; no unit: milliseconds).
+func GUCDuration(v string) time.Duration {
+	v = strings.TrimSpace(strings.Trim(strings.TrimSpace(v), "'"))
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		i++
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	unit := time.Millisecond
+	switch strings.TrimSpace(v[i:]) {
+	case "us":
+		unit = time.Microsecond
+	case "s":
+		unit = time.Second
+	case "min":
+		unit = time.Minute
+	case "h":
+		unit = time.Hour
+	case "d":
+		unit = 24 * time.Hour
+	}
+	return time.Duration(n * float64(unit))
 }

@@ -3,9 +3,6 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockpool/lockpool/advisory"
@@ -105,7 +102,7 @@ func (s *Session) lockLimits() (advisory.Limits, *pgerr.Error) {
 		}
 		lt, st = v[0], v[1]
 	}
-	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}, nil
+	return advisory.Limits{LockTimeout: backend.GUCDuration(lt), StatementTimeout: backend.GUCDuration(st)}, nil
 }
 
 // readTimeouts asks the client's server connection, idle inside the
@@ -117,63 +114,11 @@ func (s *Session) readTimeouts() ([2]string, error) {
 	if err := s.link.to(linkProbing); err != nil {
 		return v, err
 	}
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
+	v, err := backend.ReadTimeouts(sc)
+	if err != nil {
 		return v, err
-	}
-	rows := 0
-	var refused error
-	err := backend.ReadUntilReady(sc, func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			rows++
-			backend.DataRowColumns(body, func(i int, b []byte, null bool) {
-				if i < 2 && !null {
-					v[i] = string(b)
-				}
-			})
-		case 'E':
-			refused = fmt.Errorf("%w: %s", backend.ErrRefused, pgerr.FromBody(body).Message)
-		}
-	})
-	switch {
-	case err != nil:
-		return v, err
-	case refused != nil:
-		return v, refused // the client's transaction failed with it
-	case rows != 1:
-		return v, fmt.Errorf("%w: %d rows for lock_timeout and statement_timeout", errServerProtocol, rows)
 	}
 	return v, s.link.to(linkAttached)
-}
-
-// gucDuration parses a time setting as PostgreSQL shows or accepts it
-// ("0", "250", "250ms", "1s", "2min", "1h", "1d"; no unit: milliseconds).
-func gucDuration(v string) time.Duration {
-	v = strings.TrimSpace(strings.Trim(strings.TrimSpace(v), "'"))
-	i := 0
-	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
-		i++
-	}
-	n, err := strconv.ParseFloat(v[:i], 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	unit := time.Millisecond
-	switch strings.TrimSpace(v[i:]) {
-	case "us":
-		unit = time.Microsecond
-	case "s":
-		unit = time.Second
-	case "min":
-		unit = time.Minute
-	case "h":
-		unit = time.Hour
-	case "d":
-		unit = 24 * time.Hour
-	}
-	return time.Duration(n * float64(unit))
 }
 
 // errDeliver ends an idle wait of a session (watchIdle) that has

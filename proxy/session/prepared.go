@@ -220,7 +220,7 @@ func (s *Session) refreshStmt(st *stmt) {
 // a client that is slow between its Parse and its Describe gets 57014
 // with the statement prepared, and must see the same through lockpool.
 func (s *Session) timesStatements() bool {
-	return gucDuration(s.params.Values()["statement_timeout"]) > 0
+	return backend.GUCDuration(s.params.Values()["statement_timeout"]) > 0
 }
 
 // forgetStmt drops a client statement that never came to be.
