@@ -9,7 +9,7 @@ import (
 )
 
 // Key pids. The pid of a client's BackendKeyData is its identity for
-// cancel requests, pg_cancel_backend and pg_terminate_backend (keysignal.go),
+// cancel requests, pg_cancel_backend and pg_terminate_backend (sessions.go),
 // so it must never be a PostgreSQL backend's pid: every key pid is at
 // least 2^22 (Linux's PID_MAX_LIMIT; no process id reaches it) and a
 // positive int32, as libpq expects. Bits 23–30 carry the number of the

@@ -32,7 +32,7 @@
 // /debug/ (AdminHandler), read what the Server hands out as a
 // console.Source (consolesource.go): the sessions, listed under the
 // server's lock with each link read under the link's lock, and the pool,
-// lease store and traffic counters (appstats.go: atomic counters the
+// lease store and traffic counters (appstate.Stats: atomic counters the
 // sessions add to) through their own locks. KILL_CLIENT ends a session as
 // shutdown does (Server.KillClient: session.kill).
 //

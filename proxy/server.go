@@ -85,7 +85,7 @@ type Server struct {
 
 	rc atomic.Pointer[runtimeConfig]
 
-	// seen: which client last read each backend's pid (seenpids.go); it
+	// seen: which client last read each backend's pid (session.SeenPIDs); it
 	// has its own lock.
 	seen session.SeenPIDs
 
@@ -119,7 +119,7 @@ type Server struct {
 	// cluster forward to this one (clustersignal.go); nil without a cluster.
 	signalKey []byte
 	// ends are closed when their session has ended and cleaned up, for
-	// pg_terminate_backend's timeout (keysignal.go); under mu.
+	// pg_terminate_backend's timeout (sessions.go); under mu.
 	ends map[*session.Session]chan struct{}
 }
 

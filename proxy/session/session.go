@@ -134,7 +134,7 @@ type Session struct {
 
 	// drainAfterTx: the listeners were handed to a successor before this
 	// client was served a statement; it is closed at the idle point after
-	// its first one (handoff.go). executed: it sent a Query, Execute or
+	// its first one (package proxy: handoff.go). executed: it sent a Query, Execute or
 	// FunctionCall. served: one of them ended at an idle point.
 	drainAfterTx atomic.Bool
 	executed     atomic.Bool
