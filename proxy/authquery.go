@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
 )

@@ -96,7 +96,7 @@ func (s *Server) SweepLeaks(ctx context.Context) (int, error) {
 	for _, c := range closed {
 		s.log.Warn("closed an idle server connection that held advisory locks", "app", c.App, "database", c.Database, "last_client", c.LastClient, "backend_pid", c.PID)
 		if as := rc.apps[c.App]; as != nil {
-			as.leaked.Inc()
+			as.NoteLeaked()
 		}
 	}
 	return len(closed), err

@@ -2,13 +2,14 @@ package proxy
 
 import (
 	"encoding/binary"
-	"math"
 	"net"
 	"time"
+
+	"github.com/lockpool/lockpool/proxy/session"
 )
 
 // Key pids. The pid of a client's BackendKeyData is its identity for
-// cancel requests, pg_cancel_backend and pg_terminate_backend (keysignal.go),
+// cancel requests, pg_cancel_backend and pg_terminate_backend (sessions.go),
 // so it must never be a PostgreSQL backend's pid: every key pid is at
 // least 2^22 (Linux's PID_MAX_LIMIT; no process id reaches it) and a
 // positive int32, as libpq expects. Bits 23–30 carry the number of the
@@ -24,8 +25,7 @@ import (
 const (
 	pidNumberShift = 23
 	pidLowMask     = 1<<pidNumberShift - 1
-	// keyPIDBase is the lowest key pid: PID_MAX_LIMIT of 64-bit Linux.
-	keyPIDBase = 1 << 22
+	keyPIDBase     = session.KeyPIDBase
 	// cancelForwardTimeout bounds the connection to the peer and the write.
 	cancelForwardTimeout = 500 * time.Millisecond
 )
@@ -48,10 +48,6 @@ func keyPIDOf(n int, counter uint32) uint32 {
 	}
 	return uint32(n)<<pidNumberShift | counter&pidLowMask
 }
-
-// isKeyPID reports whether pid is shaped like a key pid lockpool hands
-// out (it may name no client).
-func isKeyPID(pid int64) bool { return pid >= keyPIDBase && pid <= math.MaxInt32 }
 
 // pidNumber is the cluster instance number a key pid carries (0: none).
 func pidNumber(pid uint32) int { return int(pid >> pidNumberShift) }

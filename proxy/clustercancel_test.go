@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/lockpool/lockpool/proxy/session"
+)
 
 // Every key pid is at least 2^22 (no Linux process has such a pid) and a
 // positive int32, and keeps the instance's number in bits 23–30.
@@ -9,7 +13,7 @@ func TestKeyPIDRange(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 128, 255} {
 		for _, c := range counters {
 			pid := keyPIDOf(n, c)
-			if !isKeyPID(int64(pid)) || int32(pid) <= 0 {
+			if !session.IsKeyPID(int64(pid)) || int32(pid) <= 0 {
 				t.Errorf("keyPIDOf(%d, %#x) = %#x: not a key pid in [2^22, 2^31)", n, c, pid)
 			}
 			if got := pidNumber(pid); got != n {
@@ -21,8 +25,8 @@ func TestKeyPIDRange(t *testing.T) {
 		t.Error("consecutive counters give the same key pid")
 	}
 	for _, pid := range []int64{0, 1, 99999, keyPIDBase - 1, -keyPIDBase, 1 << 31} {
-		if isKeyPID(pid) {
-			t.Errorf("isKeyPID(%d) = true", pid)
+		if session.IsKeyPID(pid) {
+			t.Errorf("session.IsKeyPID(%d) = true", pid)
 		}
 	}
 }

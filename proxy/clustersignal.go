@@ -20,7 +20,7 @@ import (
 
 // Signal forwarding between the instances of a cluster: a
 // pg_terminate_backend or pg_cancel_backend whose key pid carries another
-// live instance's number (keysignal.go) is sent to the address that
+// live instance's number (sessions.go) is sent to the address that
 // instance advertises, as a request on its client listener, like a
 // forwarded cancel request:
 //

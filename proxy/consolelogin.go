@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/proxy/console"
 )
 
@@ -22,10 +23,10 @@ const consoleDatabase = config.ConsoleDatabase
 func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacket) {
 	user := pkt.params["user"]
 	if err := s.consoleLogin(conn, br, user); err != nil {
-		var pe *pgError
+		var pe *pgerr.Error
 		if errors.As(err, &pe) {
 			pe.Severity = "FATAL"
-			_, _ = conn.Write(appendError(nil, 'E', pe))
+			_, _ = conn.Write(pe.AppendTo(nil, 'E'))
 		}
 		s.log.Info("admin console login refused", "user", user, "remote", conn.RemoteAddr().String(), "err", err)
 		return
@@ -33,7 +34,7 @@ func (s *Server) serveConsole(conn net.Conn, br *bufio.Reader, pkt *startupPacke
 	_ = conn.SetDeadline(time.Time{})
 	c := console.NewConn(s, s.log, conn, br, user)
 	if !s.addConsole(c) {
-		c.End(errShutdown())
+		c.End(pgerr.Shutdown())
 		return
 	}
 	defer s.removeConsole(c)
@@ -48,15 +49,15 @@ func (s *Server) consoleLogin(conn net.Conn, br *bufio.Reader, user string) erro
 	if _, err := auth.Authenticate(&authConn{c: conn, br: br}, rc.cfg.AuthMethod, user, cred); err != nil {
 		var ae *auth.Error
 		if errors.As(err, &ae) {
-			return &pgError{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
+			return &pgerr.Error{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
 		}
 		return err
 	}
 	if cred == nil {
-		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
+		return &pgerr.Error{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
 	}
 	if !rc.cfg.IsAdmin(user) {
-		return &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: user %q may not use the admin console", user),
+		return &pgerr.Error{Code: "28000", Message: fmt.Sprintf("lockpool: user %q may not use the admin console", user),
 			Hint: "List the user in admin_users to let it connect to the database lockpool."}
 	}
 	return nil
@@ -92,6 +93,6 @@ func (s *Server) endConsoles() {
 	}
 	s.mu.Unlock()
 	for _, c := range list {
-		c.End(errShutdown())
+		c.End(pgerr.Shutdown())
 	}
 }

@@ -2,12 +2,8 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
-	"net"
 	"net/http"
 	"sort"
-	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +14,7 @@ import (
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/proxy/console"
+	"github.com/lockpool/lockpool/proxy/session"
 )
 
 // *Server is the admin console's console.Source: the methods below are
@@ -80,8 +77,8 @@ func (s *Server) KillClient(id uint32, why *pgerr.Error) (remote string, ok bool
 	if ss == nil {
 		return "", false
 	}
-	ss.kill(why)
-	return ss.remote, true
+	ss.Kill(why)
+	return ss.Remote(), true
 }
 
 // Applications returns the configured applications, in configuration
@@ -92,10 +89,9 @@ func (s *Server) Applications() []console.Application {
 	for _, a := range rc.cfg.Applications {
 		r := console.Application{Config: a}
 		if as := rc.apps[a.Name]; as != nil {
-			st := as.stats
-			r.Clients = as.clientCount.Load()
-			r.Traffic = console.Traffic{Since: st.since, Xacts: st.xacts.Load(), Queries: st.queries.Load(),
-				Received: st.received.Load(), Sent: st.sent.Load()}
+			t := as.Traffic()
+			r.Clients = as.Clients()
+			r.Traffic = console.Traffic{Since: t.Since, Xacts: t.Xacts, Queries: t.Queries, Received: t.Received, Sent: t.Sent}
 		}
 		out = append(out, r)
 	}
@@ -107,82 +103,27 @@ func (s *Server) Clients() []console.Client {
 	cs := s.clients()
 	out := make([]console.Client, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, console.Client{ID: c.id, App: c.app.cfg, User: c.user, Database: c.database, Remote: c.remote,
-			Addr: c.clientAddr, Port: c.clientPort, Connected: c.connected, TLS: c.tls, State: c.state,
-			Waiting: c.link.waiting, Attached: c.link.attached, BackendPID: c.link.backendPID,
-			ServerDatabase: c.link.serverDB, ServerUser: c.link.serverUser, ServerCreated: c.link.serverCreated,
-			Pinned: c.link.pinned, PinReason: c.link.pinReason, PinnedSince: c.link.pinnedSince})
+		out = append(out, console.Client{ID: c.ID, App: c.App, User: c.User, Database: c.Database, Remote: c.Remote,
+			Addr: c.Addr, Port: c.Port, Connected: c.Connected, TLS: c.TLS, State: c.State,
+			Waiting: c.Link.Waiting, Attached: c.Link.Attached, BackendPID: c.Link.BackendPID,
+			ServerDatabase: c.Link.ServerDB, ServerUser: c.Link.ServerUser, ServerCreated: c.Link.ServerCreated,
+			Pinned: c.Link.Pinned, PinReason: c.Link.PinReason, PinnedSince: c.Link.PinnedSince})
 	}
 	return out
 }
 
-// clientSnapshot is one logged-in client as the admin console (Clients)
-// and lockpool's pg_stat_activity (activity.go) see it.
-type clientSnapshot struct {
-	id                     uint32
-	app                    *appState
-	user, database, remote string
-	connected              time.Time
-	tls                    bool
-	link                   linkAdmin
-	clientAddr             string
-	clientPort             int
-	state                  string // active (holds a server connection), waiting (in lockpool) or idle
-}
-
-// linkAdmin is the part of a session's server link the views show.
-type linkAdmin struct {
-	waiting       bool
-	attached      bool
-	backendPID    uint32
-	serverDB      string
-	serverUser    string
-	serverCreated time.Time
-	pinned        bool
-	pinReason     string
-	pinnedSince   time.Time
-}
-
-// adminView reads the link under its lock.
-func (l *serverLink) adminView() linkAdmin {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	v := linkAdmin{waiting: l.waiting, pinned: l.pinned, pinReason: l.pinReason, pinnedSince: l.pinnedSince}
-	if l.sc != nil {
-		v.attached, v.backendPID, v.serverDB, v.serverUser, v.serverCreated = true, l.sc.PID, l.sc.Database, l.sc.User, l.sc.Created()
-	}
-	return v
-}
-
 // clients returns every logged-in client, by id.
-func (s *Server) clients() []clientSnapshot {
+func (s *Server) clients() []session.ClientView {
 	s.mu.Lock()
-	list := make([]*session, 0, len(s.sessions))
+	list := make([]*session.Session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		list = append(list, ss)
 	}
 	s.mu.Unlock()
-	out := make([]clientSnapshot, 0, len(list))
+	out := make([]session.ClientView, 0, len(list))
 	for _, ss := range list {
-		c := clientSnapshot{id: ss.pid, app: ss.app, user: ss.user, database: ss.database, remote: ss.remote,
-			connected: time.Unix(0, ss.connected), link: ss.link.adminView()}
-		_, c.tls = ss.conn.(*tls.Conn)
-		host, port, err := net.SplitHostPort(ss.remote)
-		if err != nil {
-			host = ss.remote
-		}
-		c.clientAddr = host
-		c.clientPort, _ = strconv.Atoi(port)
-		switch {
-		case c.link.attached:
-			c.state = "active"
-		case c.link.waiting:
-			c.state = "waiting"
-		default:
-			c.state = "idle"
-		}
-		out = append(out, c)
+		out = append(out, ss.View())
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }

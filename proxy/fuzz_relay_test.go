@@ -21,6 +21,8 @@ import (
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/session"
 )
 
 // fuzzPG is a server that logs anyone in and answers the first message
@@ -155,7 +157,7 @@ applications:
 		d := append([]byte(nil), data...)
 		pg.reply.Store(&d)
 		s.clientCount.Add(1)
-		as.clientCount.Add(1)
+		as.Admit()
 		client, done := startLoopSession(t, s, as)
 		defer client.Close()
 		_ = client.SetDeadline(time.Now().Add(10 * time.Second))
@@ -200,7 +202,7 @@ applications:
 // s's event loops, over a socket pair, as lockpool runs every client's
 // session: it returns the client's end and a channel closed when the
 // session has ended.
-func startLoopSession(tb testing.TB, s *Server, as *appState) (net.Conn, chan struct{}) {
+func startLoopSession(tb testing.TB, s *Server, as *appstate.App) (net.Conn, chan struct{}) {
 	tb.Helper()
 	s.mu.Lock()
 	if s.loops == nil {
@@ -225,7 +227,7 @@ func startLoopSession(tb testing.TB, s *Server, as *appState) (net.Conn, chan st
 		conns[i] = c
 	}
 	sock := evloop.Wrap(conns[1])
-	ss := newSession(s, sock, bufio.NewReaderSize(sock, startupReadBuf), as, "app", "app", map[string]string{"user": "app", "database": "app"})
+	ss := session.New(s.shared, sock, bufio.NewReaderSize(sock, startupReadBuf), as, "app", "app", map[string]string{"user": "app", "database": "app"})
 	if !s.register(ss) {
 		tb.Fatal("register")
 	}
@@ -233,7 +235,7 @@ func startLoopSession(tb testing.TB, s *Server, as *appState) (net.Conn, chan st
 	l := s.pickLoop()
 	l.Post(func() {
 		l.Go(func(co *evloop.Co) {
-			ss.run(co, sock, func() {
+			ss.Run(co, sock, func() {
 				_ = sock.Close()
 				close(done)
 			})

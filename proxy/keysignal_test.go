@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"log/slog"
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/appstate"
 	"github.com/lockpool/lockpool/proxy/local"
+	"github.com/lockpool/lockpool/proxy/session"
 )
 
 // signalClient: another user is refused, a cancel of a client with nothing
@@ -19,7 +23,7 @@ import (
 // and, with a timeout, waits for the session's end: false when it did not
 // come in time, true when it does.
 func TestSignalClient(t *testing.T) {
-	srv := &Server{log: slog.New(slog.DiscardHandler), sessions: map[uint32]*session{}, baseCtx: context.Background()}
+	srv := &Server{log: slog.New(slog.DiscardHandler), sessions: map[uint32]*session.Session{}, baseCtx: context.Background()}
 	client, peer := net.Pipe()
 	defer peer.Close()
 	read := make(chan string, 1)
@@ -27,12 +31,17 @@ func TestSignalClient(t *testing.T) {
 		b, _ := io.ReadAll(peer)
 		read <- string(b)
 	}()
-	ss := &session{srv: srv, user: "app", app: &appState{cfg: config.Application{Name: "api"}}, pid: keyPIDOf(0, 7), secret: 9}
-	ss.out.conn = client
-	srv.sessions[ss.pid] = ss
+	as, err := appstate.NewApp(config.Application{Name: "api"}, appstate.NewMetrics(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := session.NewShared(session.Shared{Log: srv.log, Bufs: wire.NewBufferPool(1024), Base: srv.baseCtx, Host: sessionHost{srv}})
+	ss := session.New(sh, client, bufio.NewReader(client), as, "app", "app", nil)
+	ss.SetKey(keyPIDOf(0, 7), 9)
+	srv.sessions[ss.PID()] = ss
 	ctx := context.Background()
 	req := func(user string, admin, terminate bool, timeout time.Duration) signalRequest {
-		return signalRequest{pid: ss.pid, user: user, admin: admin, terminate: terminate, timeout: timeout}
+		return signalRequest{pid: ss.PID(), user: user, admin: admin, terminate: terminate, timeout: timeout}
 	}
 	for _, tc := range []struct {
 		name string
@@ -74,7 +83,7 @@ func TestSignalClient(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	srv.sessions[ss.pid] = ss
+	srv.sessions[ss.PID()] = ss
 	if got := srv.signalClient(cctx, req("app", false, true, 10*time.Second)); got != local.SignalCanceled {
 		t.Errorf("terminate with a timeout, caller cancelled: %d, want %d", got, local.SignalCanceled)
 	}

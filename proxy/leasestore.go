@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/proxy/local"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LeaseStore is what the lease kind needs from the lease package

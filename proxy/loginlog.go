@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/lockpool/lockpool/internal/pgerr"
 )
 
 // Failed logins are logged at INFO, at most loginLogBurst lines per
@@ -46,7 +48,7 @@ func (l *loginLimiter) allow(now time.Time) (ok bool, suppressed int) {
 // login (psql asking for a password closes its first connection) is logged
 // at DEBUG only.
 func (s *Server) logLoginFailure(client, user, database string, err error) {
-	var pe *pgError
+	var pe *pgerr.Error
 	if !errors.As(err, &pe) {
 		s.log.Debug("login failed", "client", client, "user", user, "database", database, "err", err)
 		return

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/session"
 )
 
 // TestIdleClientObjectSizes keeps the objects every logged-in client holds
@@ -20,7 +21,7 @@ func TestIdleClientObjectSizes(t *testing.T) {
 	}{
 		// Above 512 bytes an object with pointers carries an 8-byte
 		// header: the session's class is 640 for up to 632 bytes.
-		{"session", unsafe.Sizeof(session{}), 632},
+		{"session", unsafe.Sizeof(session.Session{}), 632},
 		{"evloop.Conn", unsafe.Sizeof(evloop.Conn{}), 208},
 		{"wire.Reader", unsafe.Sizeof(wire.Reader{}), 160},
 	} {

@@ -51,12 +51,12 @@ func (s *Server) logLongPins(now time.Time, over time.Duration, logged map[uint3
 	var found []longPin
 	s.mu.Lock()
 	for pid, ss := range s.sessions {
-		v := ss.link.view()
-		if v.pinReason == "" || v.pinnedSince.IsZero() {
+		v := ss.View()
+		if !v.Link.Attached || v.Link.PinReason == "" || v.Link.PinnedSince.IsZero() {
 			continue
 		}
-		found = append(found, longPin{pid: pid, app: ss.app.cfg.Name, user: ss.user, database: ss.database, client: ss.remote,
-			reason: v.pinReason, backendPID: v.backendPID, since: v.pinnedSince})
+		found = append(found, longPin{pid: pid, app: v.App.Name, user: v.User, database: v.Database, client: v.Remote,
+			reason: v.Link.PinReason, backendPID: v.Link.BackendPID, since: v.Link.PinnedSince})
 	}
 	s.mu.Unlock()
 	current := make(map[uint32]time.Time, len(found))

@@ -23,12 +23,14 @@ import (
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
-	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/console"
-	"github.com/lockpool/lockpool/proxy/local"
+	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
@@ -51,31 +53,10 @@ type Options struct {
 	OnReload func(*config.Config)
 }
 
-// appState is an application's configuration as the sessions use it.
-type appState struct {
-	cfg           config.Application
-	advisory      policy.Mode
-	sessionState  policy.Mode
-	listen        policy.Mode // Shared, Pin or Reject
-	sessionPool   bool
-	clients       prometheus.Gauge
-	pins          prometheus.Counter
-	leaked        prometheus.Counter
-	prepHit       prometheus.Counter
-	prepMiss      prometheus.Counter
-	prepEvict     prometheus.Counter
-	pinnedGauge   *prometheus.GaugeVec
-	hold          *local.HoldApp // advisory_locks: hold metrics; nil under other policies
-	rejectedVec   *prometheus.CounterVec
-	rejectedCache sync.Map // function name -> prometheus.Counter
-	clientCount   *atomic.Int64
-	stats         *appStats // SHOW STATS counters (appstats.go)
-}
-
 // runtimeConfig is the reloadable part of the configuration.
 type runtimeConfig struct {
 	cfg   *config.Config
-	apps  map[string]*appState
+	apps  map[string]*appstate.App
 	creds map[string]*auth.Credential
 }
 
@@ -86,7 +67,7 @@ type Server struct {
 	leases  LeaseStore
 	locks   *advisory.Manager // advisory_locks: hold
 	hub     *listen.Hub       // listen: shared
-	metrics *metrics
+	metrics *appstate.Metrics
 	tlsConf *tls.Config
 	health  healthProbe
 	authq   authLookup
@@ -98,21 +79,21 @@ type Server struct {
 	started  *config.Config
 	onReload func(*config.Config)
 
-	// kinds are the kinds of statement lockpool answers itself, in the
-	// order they are asked (handler.go: localKinds).
-	kinds [numLocalKinds]local.Kind
+	// shared is what every session uses (package session), made at the
+	// end of New.
+	shared *session.Shared
 
 	rc atomic.Pointer[runtimeConfig]
 
-	// seen: which client last read each backend's pid (seenpids.go); it
+	// seen: which client last read each backend's pid (session.SeenPIDs); it
 	// has its own lock.
-	seen seenPIDs
+	seen session.SeenPIDs
 
 	mu          sync.Mutex
 	ln          net.Listener
-	sessions    map[uint32]*session // by lockpool's own backend pid
-	stmts       stmtCatalog         // server statements known across sessions
-	bufs        *wire.BufferPool    // client read buffers, lent while data flows
+	sessions    map[uint32]*session.Session // by lockpool's own backend pid
+	stmts       backend.StmtCatalog         // server statements known across sessions
+	bufs        *wire.BufferPool            // client read buffers, lent while data flows
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
 	nextPID     uint32                    // session counter (keyPID)
@@ -138,8 +119,8 @@ type Server struct {
 	// cluster forward to this one (clustersignal.go); nil without a cluster.
 	signalKey []byte
 	// ends are closed when their session has ended and cleaned up, for
-	// pg_terminate_backend's timeout (keysignal.go); under mu.
-	ends map[*session]chan struct{}
+	// pg_terminate_backend's timeout (sessions.go); under mu.
+	ends map[*session.Session]chan struct{}
 }
 
 // New builds a Server from a validated config. It does not listen yet.
@@ -154,8 +135,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		log:      logger,
 		leases:   opts.Leases,
-		kinds:    localKinds(),
-		sessions: make(map[uint32]*session),
+		sessions: make(map[uint32]*session.Session),
 		bufs:     wire.NewBufferPool(clientBufSize),
 		done:     make(chan struct{}),
 		started:  opts.Config,
@@ -164,7 +144,7 @@ func New(opts Options) (*Server, error) {
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
 	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
-	s.metrics = newMetrics(opts.Registerer)
+	s.metrics = appstate.NewMetrics(opts.Registerer)
 	rc, err := s.buildRuntime(opts.Config)
 	if err != nil {
 		return nil, err
@@ -202,6 +182,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s.shared = session.NewShared(session.Shared{Log: logger, Pool: s.pool, Stmts: &s.stmts, Leases: s.leases, Locks: s.locks,
+		Hub: s.hub, Seen: &s.seen, Bufs: s.bufs, Base: s.baseCtx, Host: sessionHost{s}})
 	return s, nil
 }
 
@@ -276,7 +258,7 @@ func (s *Server) learnSCRAM(user string, cred *auth.Credential, clientKey []byte
 }
 
 func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
-	rc := &runtimeConfig{cfg: cfg, apps: make(map[string]*appState), creds: make(map[string]*auth.Credential)}
+	rc := &runtimeConfig{cfg: cfg, apps: make(map[string]*appstate.App), creds: make(map[string]*auth.Credential)}
 	old := s.rc.Load()
 	for _, u := range cfg.Users {
 		if old != nil {
@@ -292,31 +274,13 @@ func (s *Server) buildRuntime(cfg *config.Config) (*runtimeConfig, error) {
 		rc.creds[u.Name] = c
 	}
 	for _, a := range cfg.Applications {
-		adv, err := policy.ParseMode(a.AdvisoryLocks)
-		if err != nil {
-			return nil, err
-		}
-		st, err := policy.ParseMode(a.SessionState)
-		if err != nil {
-			return nil, err
-		}
-		lm, err := policy.ParseMode(a.Listen)
-		if err != nil {
-			return nil, err
-		}
-		if a.Listen == "" {
-			lm = policy.Shared
-		}
-		as := &appState{cfg: a, advisory: adv, sessionState: st, listen: lm, sessionPool: a.PoolMode == "session", clientCount: new(atomic.Int64), stats: newAppStats()}
+		var prev *appstate.App
 		if old != nil {
-			if prev := old.apps[a.Name]; prev != nil {
-				as.clientCount = prev.clientCount // logged-in clients stay counted across a reload
-				as.stats = prev.stats
-			}
+			prev = old.apps[a.Name] // logged-in clients and counters stay across a reload
 		}
-		s.metrics.bindApp(as)
-		if adv == policy.Hold {
-			as.hold = s.metrics.hold.App(a.Name)
+		as, err := appstate.NewApp(a, s.metrics, prev)
+		if err != nil {
+			return nil, err
 		}
 		rc.apps[a.Name] = as
 	}
@@ -453,14 +417,14 @@ func (s *Server) pickLoop() *evloop.Loop {
 }
 
 // register assigns the session its backend key and records it.
-func (s *Server) register(ss *session) bool {
+func (s *Server) register(ss *session.Session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
 		if !s.handedOff.Load() {
 			return false
 		}
-		ss.drainAfterTx.Store(true) // accepted before Handoff closed the listener (handoff.go)
+		ss.DrainAfterTx() // accepted before Handoff closed the listener (handoff.go)
 	}
 	var pid uint32
 	for {
@@ -470,22 +434,20 @@ func (s *Server) register(ss *session) bool {
 			break
 		}
 	}
-	ss.pid = pid
-	ss.connected = time.Now().UnixNano()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	ss.secret = binary.BigEndian.Uint32(b[:])
-	s.sessions[ss.pid] = ss
+	ss.SetKey(pid, binary.BigEndian.Uint32(b[:]))
+	s.sessions[pid] = ss
 	return true
 }
 
-func (s *Server) unregister(ss *session) {
+func (s *Server) unregister(ss *session.Session) {
 	s.mu.Lock()
-	if s.sessions[ss.pid] == ss {
-		delete(s.sessions, ss.pid)
+	if s.sessions[ss.PID()] == ss {
+		delete(s.sessions, ss.PID())
 	}
 	s.mu.Unlock()
-	s.seen.forget(ss.pid)
+	s.seen.Forget(ss.PID())
 }
 
 // cancelSession handles a CancelRequest with lockpool's key.
@@ -496,10 +458,10 @@ func (s *Server) cancelSession(pid, secret uint32) {
 	s.mu.Lock()
 	ss := s.sessions[pid]
 	s.mu.Unlock()
-	if ss == nil || ss.secret != secret {
+	if ss == nil || ss.Secret() != secret {
 		return
 	}
-	ss.cancelRunning(s.baseCtx)
+	ss.CancelRunning(s.baseCtx)
 }
 
 // Shutdown stops accepting, lets running transactions finish until ctx ends,
@@ -515,13 +477,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
-	list := make([]*session, 0, len(s.sessions))
+	list := make([]*session.Session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		list = append(list, ss)
 	}
 	s.mu.Unlock()
 	for _, ss := range list {
-		ss.drain()
+		ss.Drain()
 	}
 	s.endConsoles()
 	finished := make(chan struct{})
@@ -539,7 +501,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		for _, ss := range list {
-			ss.kill(errShutdown())
+			ss.Kill(pgerr.Shutdown())
 		}
 		<-finished
 	}

@@ -13,13 +13,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/internal/evloop"
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
-	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
+	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
@@ -60,11 +62,11 @@ func (s *Server) handleConn(nc net.Conn) {
 	}
 	conn, br, pkt, err := s.readStartup(nc)
 	if err != nil {
-		var pe *pgError
+		var pe *pgerr.Error
 		var oe *oldProtocolError
 		switch {
 		case errors.As(err, &pe):
-			_, _ = conn.Write(appendError(nil, 'E', pe))
+			_, _ = conn.Write(pe.AppendTo(nil, 'E'))
 		case errors.As(err, &oe):
 			_, _ = conn.Write(oe.message())
 		case !errors.Is(err, io.EOF) && !errors.Is(err, errCancelHandled):
@@ -80,14 +82,14 @@ func (s *Server) handleConn(nc net.Conn) {
 	}
 	ss, err := s.login(conn, br, pkt)
 	if err != nil {
-		var pe *pgError
+		var pe *pgerr.Error
 		if errors.As(err, &pe) {
 			var buf []byte
 			if aa := (*afterAuthError)(nil); errors.As(err, &aa) {
 				buf = append(buf, authenticationOk...)
 			}
 			pe.Severity = "FATAL"
-			_, _ = conn.Write(appendError(buf, 'E', pe))
+			_, _ = conn.Write(pe.AppendTo(buf, 'E'))
 		}
 		s.logLoginFailure(nc.RemoteAddr().String(), pkt.params["user"], pkt.params["database"], err)
 		return
@@ -101,7 +103,7 @@ func (s *Server) handleConn(nc net.Conn) {
 	sock := nc.(*evloop.Conn)
 	l.Post(func() {
 		l.Go(func(co *evloop.Co) {
-			ss.run(co, sock, func() {
+			ss.Run(co, sock, func() {
 				_ = nc.Close()
 				s.wg.Done()
 			})
@@ -214,7 +216,7 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 					// PostgreSQL answers 0.0 (its "no protocol yet") in 3.0.
 					return conn, br, nil, &oldProtocolError{text: msg}
 				}
-				return conn, br, nil, &pgError{Severity: "FATAL", Code: "0A000", Message: msg,
+				return conn, br, nil, &pgerr.Error{Severity: "FATAL", Code: "0A000", Message: msg,
 					Hint: "Use a client that speaks protocol 3.0 (every client since PostgreSQL 7.4)."}
 			}
 			pkt, unknown, err := parseStartupParams(body)
@@ -223,7 +225,7 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 			}
 			if cfg := s.rc.Load().cfg; cfg.TLS != nil && cfg.TLS.Required {
 				if _, isTLS := conn.(*tls.Conn); !isTLS {
-					return conn, br, nil, &pgError{Severity: "FATAL", Code: "28000",
+					return conn, br, nil, &pgerr.Error{Severity: "FATAL", Code: "28000",
 						Message: "lockpool: TLS is required for every client connection",
 						Hint:    "Connect with sslmode=require (or verify-full)."}
 				}
@@ -251,7 +253,7 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 // errUnencryptedAfter is PostgreSQL's answer to data that arrived with an
 // encryption request, before the encryption could start.
 func errUnencryptedAfter(request string) error {
-	return &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: received unencrypted data after " + request,
+	return &pgerr.Error{Severity: "FATAL", Code: "08P01", Message: "lockpool: received unencrypted data after " + request,
 		Detail: "This could be either a client-software bug or evidence of an attempted man-in-the-middle attack.",
 		Hint:   "The client must wait for the answer to its encryption request before it sends anything else."}
 }
@@ -284,7 +286,7 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 			pkt.params[name] = val
 		case name == "replication":
 			if _, ok := startupparam.ParseBool(val); !ok && val != "database" {
-				return nil, nil, &pgError{Severity: "FATAL", Code: "22023",
+				return nil, nil, &pgerr.Error{Severity: "FATAL", Code: "22023",
 					Message: fmt.Sprintf("invalid value for parameter %q: %q", "replication", val),
 					Hint:    `Valid values are: "false", 0, "true", 1, "database".`}
 			}
@@ -298,7 +300,7 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 		off = valOff + len(val) + 1
 	}
 	if off != len(b)-1 {
-		return nil, nil, &pgError{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
+		return nil, nil, &pgerr.Error{Severity: "FATAL", Code: "08P01", Message: "lockpool: invalid startup packet layout: expected terminator as last byte"}
 	}
 	return pkt, unknown, nil
 }
@@ -308,7 +310,7 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 // 63 bytes) and refuses replication connections.
 func (p *startupPacket) check() error {
 	if p.params["user"] == "" {
-		return &pgError{Severity: "FATAL", Code: "28000", Message: "lockpool: no PostgreSQL user name specified in startup packet", Hint: "Set the user in the connection string."}
+		return &pgerr.Error{Severity: "FATAL", Code: "28000", Message: "lockpool: no PostgreSQL user name specified in startup packet", Hint: "Set the user in the connection string."}
 	}
 	if p.params["database"] == "" {
 		p.params["database"] = p.params["user"]
@@ -320,7 +322,7 @@ func (p *startupPacket) check() error {
 	}
 	if v, ok := p.params["replication"]; ok {
 		if on, _ := startupparam.ParseBool(v); on || v == "database" {
-			return &pgError{Severity: "FATAL", Code: "0A000", Message: "lockpool: replication connections are not supported", Hint: "Connect to PostgreSQL directly for replication."}
+			return &pgerr.Error{Severity: "FATAL", Code: "0A000", Message: "lockpool: replication connections are not supported", Hint: "Connect to PostgreSQL directly for replication."}
 		}
 	}
 	return nil
@@ -365,7 +367,7 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 		if a.sasl {
 			what = "SASL"
 		}
-		return nil, &pgError{Severity: "FATAL", Code: "08P01",
+		return nil, &pgerr.Error{Severity: "FATAL", Code: "08P01",
 			Message: fmt.Sprintf("lockpool: expected %s response, got message type %d", what, typ),
 			Hint:    "The client must answer the authentication request before anything else."}
 	}
@@ -383,7 +385,7 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 // startup settings and sends the startup answer. No server connection is
 // needed once the server's parameters for that database are known and the
 // client's set of settings was checked before (checkStartupParams).
-func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *session, err error) {
+func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *session.Session, err error) {
 	authenticated := false
 	defer func() {
 		if err != nil && authenticated {
@@ -402,7 +404,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 			cancel()
 			if err != nil {
 				s.log.Warn("auth_query lookup failed", "user", user, "err", err)
-				return nil, &pgError{Code: "08006", Message: "lockpool: cannot look up the user in PostgreSQL", Hint: "Check auth_query and that PostgreSQL is reachable."}
+				return nil, &pgerr.Error{Code: "08006", Message: "lockpool: cannot look up the user in PostgreSQL", Hint: "Check auth_query and that PostgreSQL is reachable."}
 			}
 			cred = c
 		}
@@ -413,7 +415,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	if err != nil {
 		var ae *auth.Error
 		if errors.As(err, &ae) {
-			return nil, &pgError{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
+			return nil, &pgerr.Error{Code: ae.Code, Message: ae.Message, Detail: ae.Detail, Hint: ae.Hint}
 		}
 		return nil, err
 	}
@@ -422,11 +424,11 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	}
 	if cred == nil {
 		// trust with an unknown user.
-		return nil, &pgError{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
+		return nil, &pgerr.Error{Code: "28000", Message: fmt.Sprintf("lockpool: role %q is not configured", user), Hint: "Add the user to the users section of lockpool's config."}
 	}
 	app, ok := rc.cfg.Match(user, database)
 	if !ok {
-		return nil, &pgError{Code: "28000",
+		return nil, &pgerr.Error{Code: "28000",
 			Message: fmt.Sprintf("lockpool: no application is configured for user %q and database %q", user, database),
 			Hint:    "Add an application with this user (and database, or none for any database) to lockpool's config."}
 	}
@@ -442,17 +444,17 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 			s.unadmit(as)
 		}
 	}()
-	ss := newSession(s, conn, br, as, user, database, params)
-	settings, optErr, err := ss.parseOptions(params["options"], pkt.settings)
+	ss := session.New(s.shared, conn, br, as, user, database, params)
+	settings, optErr, err := ss.ParseOptions(params["options"], pkt.settings)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout+as.cfg.WaitTimeout)
+	ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout+as.Config().WaitTimeout)
 	defer cancel()
 	// As in PostgreSQL, an unknown database is reported before a bad setting.
 	srvParams, err := s.pool.ServerParams(ctx, app.Name, database)
 	if err != nil {
-		return nil, serverLoginError(err, database, as)
+		return nil, backend.LoginError(err, database, as.Cfg.Name)
 	}
 	notices, err := s.checkStartupParams(ctx, ss, settings)
 	if err != nil {
@@ -462,15 +464,15 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 		return nil, optErr
 	}
 	if !s.register(ss) {
-		return nil, errShutdown()
+		return nil, pgerr.Shutdown()
 	}
 	buf := make([]byte, 0, 512)
 	buf = append(buf, authenticationOk...)
 	buf = append(buf, notices...)
-	buf = ss.appendStartupParams(buf, srvParams)
+	buf = ss.AppendStartupParams(buf, srvParams)
 	buf = append(buf, 'K', 0, 0, 0, 12)
-	buf = binary.BigEndian.AppendUint32(buf, ss.pid)
-	buf = binary.BigEndian.AppendUint32(buf, ss.secret)
+	buf = binary.BigEndian.AppendUint32(buf, ss.PID())
+	buf = binary.BigEndian.AppendUint32(buf, ss.Secret())
 	buf = wire.AppendReadyForQuery(buf, 'I')
 	if _, err := conn.Write(buf); err != nil {
 		s.unregister(ss)
@@ -494,57 +496,24 @@ type afterAuthError struct{ err error }
 func (e *afterAuthError) Error() string { return e.err.Error() }
 func (e *afterAuthError) Unwrap() error { return e.err }
 
-// serverLoginError turns a failure to reach the server at login into what
-// the client sees.
-func serverLoginError(err error, database string, as *appState) error {
-	var pge *pgconn.PgError
-	if errors.As(err, &pge) {
-		msg := pge.Message
-		if !strings.HasPrefix(msg, "lockpool:") {
-			msg = "lockpool: " + msg
-		}
-		hint := pge.Hint
-		switch pge.Code {
-		case "3D000":
-			msg = fmt.Sprintf("lockpool: database %q does not exist", database)
-			hint = "Check the database name in the connection string."
-		case "28P01", "28000":
-			hint = "lockpool could not log in to PostgreSQL with the password configured for this user; check users[].password."
-		case "57P01", "57P02", "57P03":
-			hint = "PostgreSQL ended lockpool's login to it (shutting down, restarting, or the backend was terminated); retry in a moment."
-		case "53300":
-			hint = "PostgreSQL has no connection slot free for lockpool (its max_connections); lower server.max_connections or raise PostgreSQL's."
-		}
-		if hint == "" {
-			hint = fmt.Sprintf("PostgreSQL answered lockpool's login to it with this error (SQLSTATE %s).", pge.Code)
-		}
-		return &pgError{Code: pge.Code, Message: msg, Hint: hint}
-	}
-	if errors.Is(err, pool.ErrWaitTimeout) {
-		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to read server parameters", as.cfg.Name), Hint: "Retry in a moment."}
-	}
-	return &pgError{Code: "08006", Message: "lockpool: cannot connect to the PostgreSQL server", Hint: "Check that PostgreSQL is running and reachable from lockpool.", Detail: err.Error()}
-}
-
 // admit counts a logging-in client against max_client_connections and the
 // application's max_clients.
-func (s *Server) admit(as *appState) error {
+func (s *Server) admit(as *appstate.App) error {
 	rc := s.rc.Load()
 	if n := s.clientCount.Add(1); int(n) > rc.cfg.MaxClientConnections && rc.cfg.MaxClientConnections > 0 {
 		s.clientCount.Add(-1)
-		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections (max_client_connections %d)", rc.cfg.MaxClientConnections),
+		return &pgerr.Error{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections (max_client_connections %d)", rc.cfg.MaxClientConnections),
 			Hint: "Close idle connections or raise max_client_connections."}
 	}
-	if n := as.clientCount.Add(1); as.cfg.MaxClients > 0 && int(n) > as.cfg.MaxClients {
-		as.clientCount.Add(-1)
+	if !as.Admit() {
 		s.clientCount.Add(-1)
-		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections for application %q (max_clients %d)", as.cfg.Name, as.cfg.MaxClients),
+		return &pgerr.Error{Code: "53300", Message: fmt.Sprintf("lockpool: too many client connections for application %q (max_clients %d)", as.Config().Name, as.Config().MaxClients),
 			Hint: "Close idle connections of this application or raise its max_clients."}
 	}
 	return nil
 }
 
-func (s *Server) unadmit(as *appState) {
-	as.clientCount.Add(-1)
+func (s *Server) unadmit(as *appstate.App) {
+	as.Unadmit()
 	s.clientCount.Add(-1)
 }

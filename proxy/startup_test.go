@@ -228,7 +228,7 @@ func (f *checkFakePG) serve(c net.Conn) {
 			out = wire.AppendFrame(out, 'C', []byte("BEGIN\x00"))
 			out = wire.AppendFrame(out, 'C', []byte("RESET\x00"))
 			if failed != "" {
-				out = appendError(out, 'E', &pgError{Code: "22023", Message: fmt.Sprintf(`invalid value for parameter "bad": %q`, failed)})
+				out = (&pgerr.Error{Code: "22023", Message: fmt.Sprintf(`invalid value for parameter "bad": %q`, failed)}).AppendTo(out, 'E')
 				out = wire.AppendReadyForQuery(out, 'E')
 				break
 			}

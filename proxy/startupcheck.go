@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
-
-	"github.com/lockpool/lockpool/internal/pgerr"
-	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/backend"
+	"github.com/lockpool/lockpool/proxy/session"
 	"github.com/lockpool/lockpool/proxy/startupparam"
 )
 
@@ -27,7 +27,7 @@ import (
 // no server connection can be had, a set of only well-known parameters is
 // accepted unchecked (the first statement applies and so checks it); any
 // other set is refused with 08006 (53300 when the pool stayed full).
-func (s *Server) checkStartupParams(ctx context.Context, ss *session, seq []startupparam.Param) ([]byte, error) {
+func (s *Server) checkStartupParams(ctx context.Context, ss *session.Session, seq []startupparam.Param) ([]byte, error) {
 	var idx []int
 	for i, p := range seq {
 		if startupparam.NeedsCheck(p) {
@@ -38,9 +38,9 @@ func (s *Server) checkStartupParams(ctx context.Context, ss *session, seq []star
 		return nil, nil
 	}
 	var key strings.Builder
-	key.WriteString(ss.app.cfg.User)
+	key.WriteString(ss.App().User)
 	key.WriteByte(0)
-	key.WriteString(ss.database)
+	key.WriteString(ss.Database())
 	key.WriteByte(0)
 	pairs := make([]startupparam.Param, len(idx))
 	for j, i := range idx {
@@ -52,10 +52,10 @@ func (s *Server) checkStartupParams(ctx context.Context, ss *session, seq []star
 	}
 	e, ch, owner := s.startupChecks.Begin(key.String())
 	if ch != nil {
-		var verdict *pgError
+		var verdict *pgerr.Error
 		var err error
 		if owner {
-			checked, v, cerr := s.runStartupCheck(ctx, ss.app.cfg.Name, ss.database, pairs)
+			checked, v, cerr := s.runStartupCheck(ctx, ss.App().Name, ss.Database(), pairs)
 			s.startupChecks.Finish(key.String(), ch, checked, v, cerr)
 		} else {
 			select {
@@ -72,10 +72,10 @@ func (s *Server) checkStartupParams(ctx context.Context, ss *session, seq []star
 		switch {
 		case err != nil:
 			if startupparam.LazilyCheckable(seq) {
-				s.log.Debug("startup parameters not checked: no server connection; the first statement applies them", "app", ss.app.cfg.Name, "err", err)
+				s.log.Debug("startup parameters not checked: no server connection; the first statement applies them", "app", ss.App().Name, "err", err)
 				return nil, nil
 			}
-			return nil, startupCheckError(err, ss.app.cfg.Name)
+			return nil, startupCheckError(err, ss.App().Name)
 		case verdict != nil:
 			v := *verdict // shared with the other logins that waited for this check
 			return nil, &v
@@ -88,7 +88,7 @@ func (s *Server) checkStartupParams(ctx context.Context, ss *session, seq []star
 	for j, i := range idx {
 		values[i] = e.Values[j]
 	}
-	ss.setStartupValues(seq, values)
+	ss.SetStartupValues(seq, values)
 	return e.Notices, nil
 }
 
@@ -98,33 +98,15 @@ func startupCheckError(err error, app string) error {
 	var pge *pgconn.PgError
 	switch {
 	case errors.Is(err, pool.ErrWaitTimeout):
-		return &pgError{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to check the connection parameters", app),
+		return &pgerr.Error{Code: "53300", Message: fmt.Sprintf("lockpool: no server connection free for application %q to check the connection parameters", app),
 			Hint: "Retry in a moment."}
 	case errors.As(err, &pge):
-		return &pgError{Code: pge.Code, Message: "lockpool: cannot check the connection parameters: " + pge.Message,
+		return &pgerr.Error{Code: pge.Code, Message: "lockpool: cannot check the connection parameters: " + pge.Message,
 			Hint: "The PostgreSQL server refused lockpool's login."}
 	}
-	return &pgError{Code: "08006", Message: "lockpool: cannot reach PostgreSQL to check the connection parameters",
+	return &pgerr.Error{Code: "08006", Message: "lockpool: cannot reach PostgreSQL to check the connection parameters",
 		Detail: err.Error(),
 		Hint:   "Check that PostgreSQL is running and reachable from lockpool. Without it only well-known parameters (application_name, client_encoding, DateStyle, TimeZone, search_path, ...) are accepted at login."}
-}
-
-// setStartupValues makes the session's parameters (and what RESET ALL
-// returns to) the settings of seq applied in order, so a later setting of a
-// parameter wins; values, when not nil, are the server's spelling of each.
-func (ss *session) setStartupValues(seq []startupparam.Param, values []string) {
-	var eff map[string]string // nil: none
-	for i, p := range seq {
-		v := p.Value
-		if values != nil {
-			v = values[i]
-		}
-		if eff == nil {
-			eff = make(map[string]string, len(seq))
-		}
-		eff[startupparam.CanonicalName(p.Name)] = v
-	}
-	ss.params.setStartup(eff)
 }
 
 // runStartupCheck checks pairs on a pooled server connection of app. A
@@ -132,7 +114,7 @@ func (ss *session) setStartupValues(seq []startupparam.Param, values []string) {
 // another (an idle connection may have died unnoticed). It returns the
 // server's answer, or the client's FATAL when the server refused a setting,
 // or an error when no connection could do the check.
-func (s *Server) runStartupCheck(ctx context.Context, app, database string, pairs []startupparam.Param) (*startupparam.Checked, *pgError, error) {
+func (s *Server) runStartupCheck(ctx context.Context, app, database string, pairs []startupparam.Param) (*startupparam.Checked, *pgerr.Error, error) {
 	var err error
 	for attempt := 0; attempt < 2 && ctx.Err() == nil; attempt++ {
 		var sc *pool.Conn
@@ -141,8 +123,8 @@ func (s *Server) runStartupCheck(ctx context.Context, app, database string, pair
 			return nil, nil, err
 		}
 		var e *startupparam.Checked
-		var verdict *pgError
-		e, verdict, err = checkOnConn(ctx, sc, pairs)
+		var verdict *pgerr.Error
+		e, verdict, err = backend.CheckStartup(ctx, sc, pairs)
 		if err != nil {
 			sc.Broken = true
 			s.pool.Destroy(sc)
@@ -155,87 +137,4 @@ func (s *Server) runStartupCheck(ctx context.Context, app, database string, pair
 		err = ctx.Err()
 	}
 	return nil, nil, err
-}
-
-// checkOnConn applies pairs with set_config on sc inside a transaction that
-// it rolls back, after RESET ALL so that values that combine with the
-// current one (DateStyle) combine with the defaults, not with what the last
-// client left on the connection. An error means sc is unusable.
-func checkOnConn(ctx context.Context, sc *pool.Conn, pairs []startupparam.Param) (*startupparam.Checked, *pgError, error) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(10 * time.Second)
-	}
-	_ = sc.Net.SetDeadline(dl)
-	defer sc.Net.SetDeadline(time.Time{})
-	var q strings.Builder
-	q.WriteString("BEGIN; RESET ALL; SELECT ")
-	for i, p := range pairs {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("pg_catalog.set_config(" + sqlLiteral(p.Name) + ", " + sqlLiteral(p.Value) + ", true)")
-	}
-	q.WriteString("; ROLLBACK")
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, q.String())); err != nil {
-		return nil, nil, err
-	}
-	st := stateOf(sc)
-	e := &startupparam.Checked{}
-	var verdict *pgError
-	var broken error
-	var status byte
-	read := func(typ byte, body []byte) {
-		switch typ {
-		case 'E':
-			e := pgerr.FromBody(body)
-			if sev := e.Severity; sev == "FATAL" || sev == "PANIC" {
-				broken = fmt.Errorf("server connection ended: %s", e.Message)
-			} else if verdict == nil {
-				verdict = e.Fatal()
-			}
-		case 'N':
-			e.Notices = wire.AppendFrame(e.Notices, 'N', body)
-		case 'D':
-			dataRowColumns(body, func(i int, v []byte, null bool) {
-				if i == len(e.Values) && !null {
-					e.Values = append(e.Values, string(v))
-				}
-			})
-		case 'S':
-			if k, rest, ok := wire.CString(body); ok {
-				v, _, _ := wire.CString(rest)
-				st.params[lower(string(k))] = string(v)
-			}
-		case 'Z':
-			if len(body) > 0 {
-				status = body[0]
-			}
-		}
-	}
-	if err := readUntilReady(sc, read); err != nil {
-		return nil, nil, err
-	}
-	if broken != nil {
-		return nil, nil, broken
-	}
-	if status == 'E' {
-		// The error aborted the transaction before the ROLLBACK ran.
-		if _, err := sc.Net.Write(wire.AppendQuery(nil, "ROLLBACK")); err != nil {
-			return nil, nil, err
-		}
-		if err := readUntilReady(sc, read); err != nil {
-			return nil, nil, err
-		}
-	}
-	if status != 'I' {
-		return nil, nil, fmt.Errorf("server connection in transaction state %q after the parameter check", status)
-	}
-	if verdict != nil {
-		return nil, verdict, nil
-	}
-	if len(e.Values) != len(pairs) {
-		return nil, nil, fmt.Errorf("parameter check returned %d of %d values", len(e.Values), len(pairs))
-	}
-	return e, nil, nil
 }

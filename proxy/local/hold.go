@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/rewrite"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // advisory_locks: hold. A statement that is one whole call of a

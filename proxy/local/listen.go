@@ -10,10 +10,13 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
+	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -659,4 +662,79 @@ func (in *inbox) close() {
 	in.mu.Lock()
 	in.closed, in.buf = true, nil
 	in.mu.Unlock()
+}
+
+// SavepointOf reads a SAVEPOINT, ROLLBACK TO [SAVEPOINT] or RELEASE
+// [SAVEPOINT] at the start of sql: the command and the savepoint's name;
+// ok is false for any other statement.
+func SavepointOf(sql []byte) (cmd SavepointCmd, name string, ok bool) {
+	w, rest := txcmd.NextWord(sql)
+	switch {
+	case txcmd.WordIs(w, "savepoint"):
+		return SavepointSet, savepointName(rest), true
+	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
+		cmd = SavepointRelease
+		if txcmd.WordIs(w, "rollback") {
+			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
+				return 0, "", false
+			}
+			cmd = SavepointRollback
+		}
+		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
+			rest = r2
+		}
+		return cmd, savepointName(rest), true
+	}
+	return 0, "", false
+}
+
+// savepointName reads a savepoint name: an identifier, lower-cased unless
+// quoted.
+func savepointName(b []byte) string {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	b = b[i:]
+	if len(b) > 0 && b[0] == '"' {
+		var out []byte
+		for j := 1; j < len(b); j++ {
+			if b[j] == '"' {
+				if j+1 < len(b) && b[j+1] == '"' {
+					out = append(out, '"')
+					j++
+					continue
+				}
+				return string(out)
+			}
+			out = append(out, b[j])
+		}
+		return ""
+	}
+	j := 0
+	for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_' || b[j] >= '0' && b[j] <= '9' || b[j] == '$' || b[j] >= 0x80) {
+		j++
+	}
+	return strings.ToLower(string(b[:j]))
+}
+
+// ChannelsArray is the set-returning expression that stands for
+// pg_listening_channels().
+func ChannelsArray(channels []string) string {
+	var b strings.Builder
+	b.WriteString("pg_catalog.unnest(")
+	if len(channels) == 0 {
+		b.WriteString("'{}'")
+	} else {
+		b.WriteString("ARRAY[")
+		for i, c := range channels {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(backend.EscapedLiteral(c))
+		}
+		b.WriteByte(']')
+	}
+	b.WriteString("::pg_catalog.text[])")
+	return b.String()
 }

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 // replyKind says which server message completes the reply to one client
 // message (or that lockpool answers it itself).

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"maps"
@@ -40,28 +40,28 @@ func TestClientParamsShareStartupUntilChanged(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			startup := maps.Clone(c.startup)
-			var p clientParams
-			p.setStartup(startup)
-			fp0 := p.fingerprint()
+			var p ClientParams
+			p.SetStartup(startup)
+			fp0 := p.Fingerprint()
 			for _, o := range c.ops {
 				switch o.kind {
 				case "set":
-					p.set(o.name, o.val)
+					p.Set(o.name, o.val)
 				case "replace":
-					p.replace(map[string]string{o.name: o.val})
+					p.Replace(map[string]string{o.name: o.val})
 				case "resetAll":
-					p.resetAll()
+					p.ResetAll()
 				}
 			}
-			if got := p.values(); !maps.Equal(got, c.want) {
+			if got := p.Values(); !maps.Equal(got, c.want) {
 				t.Errorf("values %v, want %v", got, c.want)
 			}
 			if !maps.Equal(startup, c.startup) {
 				t.Errorf("the startup values became %v, want %v", startup, c.startup)
 			}
 			// The fingerprint follows the values: equal values, equal fingerprints.
-			if same := maps.Equal(p.values(), c.startup); same != (p.fingerprint() == fp0) {
-				t.Errorf("fingerprint %q against the startup's %q, values equal: %v", p.fingerprint(), fp0, same)
+			if same := maps.Equal(p.Values(), c.startup); same != (p.Fingerprint() == fp0) {
+				t.Errorf("fingerprint %q against the startup's %q, values equal: %v", p.Fingerprint(), fp0, same)
 			}
 		})
 	}

@@ -1,11 +1,8 @@
-package proxy
+package session
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockpool/lockpool/advisory"
@@ -14,6 +11,7 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/listen"
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
@@ -27,66 +25,66 @@ import (
 // handler is also told of the session's transactions here.
 
 // PID implements local.Session.
-func (s *session) PID() uint32 { return s.pid }
+func (s *Session) PID() uint32 { return s.pid }
 
 // User implements local.Session.
-func (s *session) User() string { return s.user }
+func (s *Session) User() string { return s.user }
 
 // Database implements local.Session.
-func (s *session) Database() string { return s.database }
+func (s *Session) Database() string { return s.database }
 
 // Remote implements local.Session.
-func (s *session) Remote() string { return s.remote }
+func (s *Session) Remote() string { return s.remote }
 
 // App implements local.Session.
-func (s *session) App() *config.Application { return &s.app.cfg }
+func (s *Session) App() *config.Application { return &s.app.Cfg }
 
 // Config implements local.Session.
-func (s *session) Config() *config.Config { return s.srv.rc.Load().cfg }
+func (s *Session) Config() *config.Config { return s.srv.Host.Config() }
 
 // ListenShared implements local.Session.
-func (s *session) ListenShared() bool { return s.app.listen == policy.Shared && !s.app.sessionPool }
+func (s *Session) ListenShared() bool { return s.app.Listen == policy.Shared && !s.app.SessionPool }
 
 // HoldApp implements local.Session.
-func (s *session) HoldApp() *local.HoldApp { return s.app.hold }
+func (s *Session) HoldApp() *local.HoldApp { return s.app.Hold }
 
 // Leases implements local.Session.
-func (s *session) Leases() local.LeaseStore { return s.srv.leases }
+func (s *Session) Leases() local.LeaseStore { return s.srv.Leases }
 
 // Locks implements local.Session.
-func (s *session) Locks() *advisory.Manager { return s.srv.locks }
+func (s *Session) Locks() *advisory.Manager { return s.srv.Locks }
 
 // Hub implements local.Session.
-func (s *session) Hub() *listen.Hub { return s.srv.hub }
+func (s *Session) Hub() *listen.Hub { return s.srv.Hub }
 
 // Offload implements local.Session.
-func (s *session) Offload(fn func()) { s.offload(fn) }
+func (s *Session) Offload(fn func()) { s.offload(fn) }
 
 // WaitContext implements local.Session.
-func (s *session) WaitContext() context.Context { return s.waitContext() }
+func (s *Session) WaitContext() context.Context { return s.waitContext() }
 
 // EndWait implements local.Session.
-func (s *session) EndWait() { s.endWait() }
+func (s *Session) EndWait() { s.endWait() }
 
 // Kill implements local.Session.
-func (s *session) Kill(pe *pgerr.Error) { s.kill(pe) }
+func (s *Session) Kill(pe *pgerr.Error) { s.kill(pe) }
 
 // KilledBy implements local.Session.
-func (s *session) KilledBy() *pgerr.Error { return s.killedBy() }
+func (s *Session) KilledBy() *pgerr.Error { return s.killedBy() }
 
 // Status implements local.Session.
-func (s *session) Status() byte { return s.status() }
+func (s *Session) Status() byte { return s.status() }
 
 // LockLimits implements local.Session.
-func (s *session) LockLimits() (advisory.Limits, *pgerr.Error) { return s.lockLimits() }
+func (s *Session) LockLimits() (advisory.Limits, *pgerr.Error) { return s.lockLimits() }
 
 // WakeIdle implements local.Session (postDeliver).
-func (s *session) WakeIdle() { s.postDeliver() }
+func (s *Session) WakeIdle() { s.postDeliver() }
 
 // noteFallback counts a statement under advisory_locks: hold that lockpool
 // does not answer itself, and logs its text the first time.
-func (s *session) noteFallback(d policy.Decision, sql string) {
-	s.app.hold.NoteFallback(s.srv.log, s.app.cfg.Name, d, sql)
+func (s *Session) noteFallback(d policy.Decision, sql string) {
+	s.app.Hold.NoteFallback(s.srv.Log, s.app.Cfg.Name, d, sql)
 }
 
 // lockLimits are the client's lock_timeout and statement_timeout as it set
@@ -95,84 +93,32 @@ func (s *session) noteFallback(d policy.Decision, sql string) {
 // read that does not complete cleanly ends the session (a FATAL): the
 // connection's replies would be out of step, or lockpool's statement would
 // have failed the client's transaction behind its back.
-func (s *session) lockLimits() (advisory.Limits, *pgerr.Error) {
-	lt, st := s.params.values()["lock_timeout"], s.params.values()["statement_timeout"]
-	if s.link.sc != nil && s.txStatus == 'T' && s.q.len() == 0 && !s.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
+func (s *Session) lockLimits() (advisory.Limits, *pgerr.Error) {
+	lt, st := s.params.Values()["lock_timeout"], s.params.Values()["statement_timeout"]
+	if s.link.sc != nil && s.pos.txStatus == 'T' && s.q.len() == 0 && !s.pos.unsynced && len(s.sout) == 0 && s.link.state == linkAttached {
 		v, err := s.readTimeouts()
 		if err != nil {
 			return advisory.Limits{}, s.exchangeBroken(err)
 		}
 		lt, st = v[0], v[1]
 	}
-	return advisory.Limits{LockTimeout: gucDuration(lt), StatementTimeout: gucDuration(st)}, nil
+	return advisory.Limits{LockTimeout: backend.GUCDuration(lt), StatementTimeout: backend.GUCDuration(st)}, nil
 }
 
 // readTimeouts asks the client's server connection, idle inside the
 // client's transaction block, for lock_timeout and statement_timeout. Any
 // error leaves the link probing (cleanup destroys the connection).
-func (s *session) readTimeouts() ([2]string, error) {
+func (s *Session) readTimeouts() ([2]string, error) {
 	var v [2]string
 	sc := s.link.sc
 	if err := s.link.to(linkProbing); err != nil {
 		return v, err
 	}
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, "SELECT pg_catalog.current_setting('lock_timeout'), pg_catalog.current_setting('statement_timeout')")); err != nil {
+	v, err := backend.ReadTimeouts(sc)
+	if err != nil {
 		return v, err
-	}
-	rows := 0
-	var refused error
-	err := readUntilReady(sc, func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			rows++
-			dataRowColumns(body, func(i int, b []byte, null bool) {
-				if i < 2 && !null {
-					v[i] = string(b)
-				}
-			})
-		case 'E':
-			refused = fmt.Errorf("%w: %s", errRefused, pgerr.FromBody(body).Message)
-		}
-	})
-	switch {
-	case err != nil:
-		return v, err
-	case refused != nil:
-		return v, refused // the client's transaction failed with it
-	case rows != 1:
-		return v, fmt.Errorf("%w: %d rows for lock_timeout and statement_timeout", errServerProtocol, rows)
 	}
 	return v, s.link.to(linkAttached)
-}
-
-// gucDuration parses a time setting as PostgreSQL shows or accepts it
-// ("0", "250", "250ms", "1s", "2min", "1h", "1d"; no unit: milliseconds).
-func gucDuration(v string) time.Duration {
-	v = strings.TrimSpace(strings.Trim(strings.TrimSpace(v), "'"))
-	i := 0
-	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
-		i++
-	}
-	n, err := strconv.ParseFloat(v[:i], 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	unit := time.Millisecond
-	switch strings.TrimSpace(v[i:]) {
-	case "us":
-		unit = time.Microsecond
-	case "s":
-		unit = time.Second
-	case "min":
-		unit = time.Minute
-	case "h":
-		unit = time.Hour
-	case "d":
-		unit = 24 * time.Hour
-	}
-	return time.Duration(n * float64(unit))
 }
 
 // errDeliver ends an idle wait of a session (watchIdle) that has
@@ -181,7 +127,7 @@ var errDeliver = errors.New("notifications to deliver")
 
 // postDeliver asks the session's loop to write the waiting notifications
 // (any goroutine).
-func (s *session) postDeliver() {
+func (s *Session) postDeliver() {
 	s.link.mu.Lock()
 	l := s.link.loop
 	s.link.mu.Unlock()
@@ -194,10 +140,10 @@ func (s *session) postDeliver() {
 // turn writes the notifications at its idle point), one waiting idle on
 // its pinned server and its client (watchIdle) is interrupted to write
 // them. A session that runs writes them at its next idle point anyway.
-func (s *session) deliverWake() {
+func (s *Session) deliverWake() {
 	switch {
-	case s.ended:
-	case s.resting:
+	case s.life == lifeEnded:
+	case s.life == lifeResting:
 		if s.loop.StopOnReadable(s.sock) {
 			s.loop.Go(s.resume)
 		}
@@ -210,7 +156,7 @@ func (s *session) deliverWake() {
 // the client sent it, an unnamed Parse of parse, a Bind of bind and an
 // Execute, whose rows, notices or error take its place in the reply order
 // (the ParseComplete and BindComplete are lockpool's, not passed on).
-func (s *session) Forward(parse, bind []byte) *pgerr.Error {
+func (s *Session) Forward(parse, bind []byte) *pgerr.Error {
 	if err := s.toServer(replyParse, opSwallow); err != nil {
 		// attachFailed answers the call with the error, or ends the session.
 		if err := s.attachFailed(err, false, false); err != nil {
@@ -232,8 +178,8 @@ func (s *session) Forward(parse, bind []byte) *pgerr.Error {
 
 // ClientPID implements local.Session: a key pid, or a backend's pid a
 // client read (seenBy).
-func (s *session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
-	if isKeyPID(pid) {
+func (s *Session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
+	if IsKeyPID(pid) {
 		return uint32(pid), true, true
 	}
 	key, ok = s.seenBy(pid)
@@ -241,18 +187,17 @@ func (s *session) ClientPID(pid int64) (key uint32, keyShaped, ok bool) {
 }
 
 // KeyPIDLive implements local.Session.
-func (s *session) KeyPIDLive(key uint32) bool { return s.srv.keyPIDLive(key) }
+func (s *Session) KeyPIDLive(key uint32) bool { return s.srv.Host.KeyPIDLive(key) }
 
 // Signal implements local.Session: the caller is the session's user, an
 // admin when admin_users lists it (signalKeyPID).
-func (s *session) Signal(key uint32, terminate bool, timeout time.Duration) (local.SignalResult, error) {
-	return s.signalKeyPID(signalRequest{pid: key, terminate: terminate, timeout: timeout,
-		user: s.user, admin: s.srv.Config().IsAdmin(s.user)})
+func (s *Session) Signal(key uint32, terminate bool, timeout time.Duration) (local.SignalResult, error) {
+	return s.signalKeyPID(key, terminate, timeout)
 }
 
 // listeningOf returns the session's listen handler, nil when it never
 // used LISTEN.
-func (s *session) listeningOf() *local.Listening {
+func (s *Session) listeningOf() *local.Listening {
 	if s.extras == nil {
 		return nil
 	}
@@ -261,7 +206,7 @@ func (s *session) listeningOf() *local.Listening {
 }
 
 // listenHandler returns the session's listen handler, made at first use.
-func (s *session) listenHandler() *local.Listening {
+func (s *Session) listenHandler() *local.Listening {
 	return s.handler(kindListen).(*local.Listening)
 }
 
@@ -269,12 +214,12 @@ func (s *session) listenHandler() *local.Listening {
 // savepoint command is noted in the listen handler's pending list, and a
 // COMMIT of a block with LISTENs subscribes the client to their channels
 // first (local.Listening.SubscribeEarly).
-func (s *session) beforeCommit(sql []byte) {
+func (s *Session) beforeCommit(sql []byte) {
 	l := s.listeningOf()
 	if l == nil {
 		return
 	}
-	if cmd, name, ok := savepointOf(sql); ok {
+	if cmd, name, ok := local.SavepointOf(sql); ok {
 		l.Savepoint(cmd, name)
 		return
 	}
@@ -283,65 +228,11 @@ func (s *session) beforeCommit(sql []byte) {
 	}
 }
 
-// savepointOf reads a SAVEPOINT, ROLLBACK TO [SAVEPOINT] or RELEASE
-// [SAVEPOINT] at the start of sql: the command and the savepoint's name;
-// ok is false for any other statement.
-func savepointOf(sql []byte) (cmd local.SavepointCmd, name string, ok bool) {
-	w, rest := txcmd.NextWord(sql)
-	switch {
-	case txcmd.WordIs(w, "savepoint"):
-		return local.SavepointSet, savepointName(rest), true
-	case txcmd.WordIs(w, "rollback"), txcmd.WordIs(w, "release"):
-		cmd = local.SavepointRelease
-		if txcmd.WordIs(w, "rollback") {
-			if w, rest = txcmd.NextWord(rest); !txcmd.WordIs(w, "to") {
-				return 0, "", false
-			}
-			cmd = local.SavepointRollback
-		}
-		if w2, r2 := txcmd.NextWord(rest); txcmd.WordIs(w2, "savepoint") {
-			rest = r2
-		}
-		return cmd, savepointName(rest), true
-	}
-	return 0, "", false
-}
-
-// savepointName reads a savepoint name: an identifier, lower-cased unless
-// quoted.
-func savepointName(b []byte) string {
-	i := 0
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	b = b[i:]
-	if len(b) > 0 && b[0] == '"' {
-		var out []byte
-		for j := 1; j < len(b); j++ {
-			if b[j] == '"' {
-				if j+1 < len(b) && b[j+1] == '"' {
-					out = append(out, '"')
-					j++
-					continue
-				}
-				return string(out)
-			}
-			out = append(out, b[j])
-		}
-		return ""
-	}
-	j := 0
-	for j < len(b) && (b[j]|0x20 >= 'a' && b[j]|0x20 <= 'z' || b[j] == '_' || b[j] >= '0' && b[j] <= '9' || b[j] == '$' || b[j] >= 0x80) {
-		j++
-	}
-	return strings.ToLower(string(b[:j]))
-}
-
 // beforeImplicitCommit runs before a Query (f: its findings) or a Sync
 // (f nil) that ends an implicit transaction with LISTENs in it is sent:
 // the client is subscribed to their channels first, as before a COMMIT
 // (beforeCommit).
-func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
+func (s *Session) beforeImplicitCommit(f *rewrite.Findings) {
 	if s.status() != 'I' || !s.ListenShared() {
 		return
 	}
@@ -364,11 +255,11 @@ func (s *session) beforeImplicitCommit(f *rewrite.Findings) {
 // the attached server connection (f: its findings; nil: none).
 // bindTail, when not nil, is the Bind's tail: $n arguments of pg_notify are
 // taken from it.
-func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
+func (s *Session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
 	// Registered whether or not anyone listens yet: a LISTEN may reach the
 	// listener connection before this transaction commits. Ready settles
 	// them at the commit.
-	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.hub == nil {
+	if f == nil || len(f.Notifies) == 0 || s.link.sc == nil || s.srv.Hub == nil {
 		return
 	}
 	var args *wire.BindArgs
@@ -385,7 +276,7 @@ func (s *session) expectNotifies(f *rewrite.Findings, bindTail []byte) {
 // statements: each LISTEN or UNLISTEN is sent as UNLISTEN * (its tag
 // restored, its effect noted at its CommandComplete), each
 // pg_listening_channels() call as the unnest of the session's channels.
-func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
+func (s *Session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if !s.ListenShared() {
 		return nil
 	}
@@ -403,7 +294,7 @@ func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 		edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: "UNLISTEN *", fix: tagFix{stmt: c.Stmt, tag: tag, listen: &op}})
 	}
 	if len(f.ChannelsCalls) > 0 {
-		text := channelsArray(s.listeningOf().Channels())
+		text := local.ChannelsArray(s.listeningOf().Channels())
 		for _, c := range f.ChannelsCalls {
 			if c.End <= len(sql) {
 				edits = append(edits, sqlEdit{pos: c.Pos, end: c.End, text: text})
@@ -411,25 +302,4 @@ func (s *session) listenEdits(f *rewrite.Findings, sql string) []sqlEdit {
 		}
 	}
 	return edits
-}
-
-// channelsArray is the set-returning expression that stands for
-// pg_listening_channels().
-func channelsArray(channels []string) string {
-	var b strings.Builder
-	b.WriteString("pg_catalog.unnest(")
-	if len(channels) == 0 {
-		b.WriteString("'{}'")
-	} else {
-		b.WriteString("ARRAY[")
-		for i, c := range channels {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(escapedLiteral(c))
-		}
-		b.WriteByte(']')
-	}
-	b.WriteString("::pg_catalog.text[])")
-	return b.String()
 }

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 // under advisory_locks: hold, LISTEN under listen: shared,
 // pg_terminate_backend and pg_cancel_backend of a key pid) are package
 // local's kinds (see its doc for the contract). The core asks each kind of
-// its table (Server.kinds, localKinds), in order, whether an analysed
+// its table (Shared.kinds, localKinds), in order, whether an analysed
 // statement is its own; the first that says so prepares it, and the core
 // runs what it prepared in the client's protocol, in its place in the
 // reply order: a simple Query is prepared, bound with no parameters and
@@ -22,8 +22,8 @@ import (
 // session is the kinds' local.Session (localsession.go).
 
 // sendIdle writes what the local handlers have for an idle client.
-func (s *session) sendIdle() {
-	if s.extras == nil || s.q.len() > 0 || s.status() != 'I' || s.unsynced || s.copyIn {
+func (s *Session) sendIdle() {
+	if s.extras == nil || s.q.len() > 0 || s.status() != 'I' || s.pos.unsynced || s.pos.copyIn {
 		return
 	}
 	for _, h := range s.extras.local {
@@ -42,7 +42,7 @@ const (
 	numLocalKinds
 )
 
-// localKinds is the table of kinds a Server asks (Server.kinds).
+// localKinds is the table of kinds the sessions ask (Shared.kinds).
 func localKinds() [numLocalKinds]local.Kind {
 	return [numLocalKinds]local.Kind{
 		kindLease:  local.LeaseKind(),
@@ -67,7 +67,7 @@ type localPortalEntry struct {
 
 // claim returns the handler of the kind that claims the statement, made
 // at the kind's first claim; nil when the statement is the server's.
-func (s *session) claim(f *rewrite.Findings, d policy.Decision) local.Handler {
+func (s *Session) claim(f *rewrite.Findings, d policy.Decision) local.Handler {
 	for i := range s.srv.kinds {
 		if s.srv.kinds[i].Claims(s, f, d) {
 			return s.handler(i)
@@ -77,7 +77,7 @@ func (s *session) claim(f *rewrite.Findings, d policy.Decision) local.Handler {
 }
 
 // handler returns kind i's handler for this session, made at first use.
-func (s *session) handler(i int) local.Handler {
+func (s *Session) handler(i int) local.Handler {
 	x := s.more()
 	if x.local[i] == nil {
 		x.local[i] = s.srv.kinds[i].Open(s)
@@ -86,7 +86,7 @@ func (s *session) handler(i int) local.Handler {
 }
 
 // endHandlers ends every kind's per-session state (session end).
-func (s *session) endHandlers() {
+func (s *Session) endHandlers() {
 	if s.extras == nil {
 		return
 	}
@@ -99,7 +99,7 @@ func (s *session) endHandlers() {
 }
 
 // failLocal answers a local statement's error: a FATAL ends the session.
-func (s *session) failLocal(pe *pgError, simple bool) error {
+func (s *Session) failLocal(pe *pgError, simple bool) error {
 	if pe.IsFatal() {
 		return pe
 	}
@@ -108,7 +108,7 @@ func (s *session) failLocal(pe *pgError, simple bool) error {
 
 // answerQuery answers a claimed simple Query in its place in the reply
 // order.
-func (s *session) answerQuery(h local.Handler, f *rewrite.Findings, sql string) error {
+func (s *Session) answerQuery(h local.Handler, f *rewrite.Findings, sql string) error {
 	if err := s.settle(); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (s *session) answerQuery(h local.Handler, f *rewrite.Findings, sql string) 
 // client's name, and its ParseComplete owed in order. Should an earlier
 // error in the batch skip that reply, the Parse never happened: the name
 // goes back to what it was.
-func (s *session) answerParse(h local.Handler, f *rewrite.Findings, name string, rest []byte) error {
+func (s *Session) answerParse(h local.Handler, f *rewrite.Findings, name string, rest []byte) error {
 	query, _, _ := wire.CString(rest)
 	st, pe := h.Prepare(s, f, string(query), rest)
 	if pe != nil {
@@ -171,14 +171,14 @@ func (s *session) answerParse(h local.Handler, f *rewrite.Findings, name string,
 }
 
 // forgetVirtual drops a local statement when the client reuses the name.
-func (s *session) forgetVirtual(name []byte) {
+func (s *Session) forgetVirtual(name []byte) {
 	if s.extras != nil {
 		delete(s.extras.virt, string(name))
 	}
 }
 
 // bindLocal handles Bind of a local statement.
-func (s *session) bindLocal(e *localStmtEntry, portal []byte, tail []byte) error {
+func (s *Session) bindLocal(e *localStmtEntry, portal []byte, tail []byte) error {
 	var a wire.BindArgs
 	if err := (wire.Bind{Tail: tail}).Args(&a); err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *session) bindLocal(e *localStmtEntry, portal []byte, tail []byte) error
 }
 
 // describeLocal answers Describe of a local statement (e) or portal (p).
-func (s *session) describeLocal(e *localStmtEntry, p *localPortalEntry) error {
+func (s *Session) describeLocal(e *localStmtEntry, p *localPortalEntry) error {
 	if p != nil {
 		s.pushLocal(p.stmt.Describe(nil, p.formats), nil)
 		return nil
@@ -214,11 +214,11 @@ func (s *session) describeLocal(e *localStmtEntry, p *localPortalEntry) error {
 
 // executeLocal runs a bound local portal. It runs only if everything
 // before it in the batch succeeded, as PostgreSQL would run it.
-func (s *session) executeLocal(p *localPortalEntry) error {
+func (s *Session) executeLocal(p *localPortalEntry) error {
 	if err := s.settle(); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	if s.status() == 'E' {

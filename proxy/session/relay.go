@@ -1,56 +1,28 @@
-package proxy
+package session
 
 import (
 	"bytes"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"io"
 	"time"
 
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 )
 
-// serverState is lockpool's bookkeeping for one server connection, kept in
-// pool.Conn.Aux: its parameter values and its prepared statements.
-type serverState struct {
-	defaults map[string]string // lower-case name -> value at login (reported parameters)
-	params   map[string]string // lower-case name -> current value, when known
-	synced   string            // fingerprint of the client parameters it matches
-	prepared map[string]uint64 // server statement name -> last use tick
-	stale    map[string]bool   // server statements to close before reuse: reported stale, or maybe left by a failed batch
-	descs    map[string]uint64 // server statement -> hash of its RowDescription, when seen
-	tick     uint64
-}
-
-func stateOf(sc *pool.Conn) *serverState {
-	if st, ok := sc.Aux.(*serverState); ok {
-		return st
-	}
-	st := &serverState{defaults: make(map[string]string, len(sc.StartupParams)), params: make(map[string]string, len(sc.StartupParams))}
-	for k, v := range sc.StartupParams {
-		lk := lower(k)
-		st.defaults[lk] = v
-		st.params[lk] = v
-	}
-	sc.Aux = st
-	return st
-}
-
 // pump relays server messages to the client until the server has answered
-// everything it was asked to answer (s.asked), or the server waits for COPY
+// everything it was asked to answer (s.pos.asked), or the server waits for COPY
 // data from the client. At ReadyForQuery with nothing more owed it settles
 // the session (probe, read-back, give the connection back).
-func (s *session) pump() error {
+func (s *Session) pump() error {
 	sc := s.link.sc
 	r := sc.Reader
-	for s.asked > 0 && !s.copyIn && s.link.sc == sc {
+	for s.pos.asked > 0 && !s.pos.copyIn && s.link.sc == sc {
 		if r.Buffered() == 0 && len(s.cout) > 0 {
 			if err := s.flushClient(); err != nil {
 				return err
@@ -83,8 +55,8 @@ func (s *session) pump() error {
 		if err := s.onServerMessage(typ, body); err != nil {
 			return err
 		}
-		if s.settled {
-			s.settled = false
+		if s.pos.settled {
+			s.pos.settled = false
 			if err := s.safePoint(); err != nil {
 				return err
 			}
@@ -101,7 +73,7 @@ func (s *session) pump() error {
 // readServerMessage reads the next server message when pump does not have
 // all of it buffered. A large DataRow or CopyData is streamed to the client
 // without being held (streamed: there is nothing more to handle).
-func (s *session) readServerMessage(r *wire.Reader) (typ byte, body []byte, streamed bool, err error) {
+func (s *Session) readServerMessage(r *wire.Reader) (typ byte, body []byte, streamed bool, err error) {
 	typ, n, err := wire.ReadHeader(r)
 	if err != nil {
 		return 0, nil, false, s.serverLost(err)
@@ -132,16 +104,9 @@ func (s *session) readServerMessage(r *wire.Reader) (typ byte, body []byte, stre
 
 var errServerProtocol = errors.New("server sent an unexpected message")
 
-// errRefused marks the failure of one of lockpool's own exchanges with a
-// server connection (probe, read-back) that the server answered with an
-// ErrorResponse and completed with ReadyForQuery: the connection is still
-// in step with its replies. Any other failure of such an exchange leaves
-// replies unread, and the connection must not be reused.
-var errRefused = errors.New("the server refused lockpool's statement")
-
 // onServerMessage relays one server message and advances the reply queue.
 // body is valid only during the call.
-func (s *session) onServerMessage(typ byte, body []byte) error {
+func (s *Session) onServerMessage(typ byte, body []byte) error {
 	switch typ {
 	case 'N':
 		if !s.onSignalWarning(body) {
@@ -162,8 +127,8 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 	}
 	if typ == 'E' {
 		s.cout = wire.AppendFrame(s.cout, typ, body)
-		if endsConnection(body) {
-			s.sawFatal = true
+		if backend.EndsConnection(body) {
+			s.pos.sawFatal = true
 			s.serverGone(pool.FatalReason(body))
 		}
 		if l := s.listeningOf(); l != nil {
@@ -175,7 +140,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 			// failed implicit commit at Sync): ReadyForQuery follows.
 			return nil
 		}
-		if f.srv != "" && isStalePlan(body) {
+		if f.srv != "" && backend.IsStalePlan(body) {
 			s.retireStale(f.srv)
 		}
 		// An extended-protocol message failed: the server skips every
@@ -187,7 +152,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 			s.popServer(true)
 		}
 		if s.q.front() == nil {
-			s.skipping = true // the rest of the batch has not come yet
+			s.pos.skipping = true // the rest of the batch has not come yet
 		}
 		return nil
 	}
@@ -199,7 +164,7 @@ func (s *session) onServerMessage(typ byte, body []byte) error {
 }
 
 // relayReply relays a message that belongs to the front reply f.
-func (s *session) relayReply(f *reply, typ byte, body []byte) error {
+func (s *Session) relayReply(f *reply, typ byte, body []byte) error {
 	switch f.kind {
 	case replyQuery:
 		if typ == 'Z' {
@@ -221,7 +186,7 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 			return errServerProtocol
 		}
 		if f.kind == replyParse && f.added != "" {
-			s.srv.stmts.accepted(s.database, s.user, f.added)
+			s.srv.Stmts.Accepted(s.database, s.user, f.added)
 		}
 		pass := f.op == opPass
 		s.dropServer()
@@ -274,8 +239,8 @@ func (s *session) relayReply(f *reply, typ byte, body []byte) error {
 
 // onCommandComplete notes what a completed statement did to the session
 // and gives the client the command tag it must see (*body).
-func (s *session) onCommandComplete(f *reply, body *[]byte) {
-	if s.dropPrepared && droppedAll(*body) {
+func (s *Session) onCommandComplete(f *reply, body *[]byte) {
+	if s.dropPrepared && backend.DroppedAll(*body) {
 		s.forgetPrepared()
 		s.discarded = s.discarded || (*body)[1] == 'I' // DISCARD ALL, not DEALLOCATE ALL
 	}
@@ -297,13 +262,13 @@ func (s *session) onCommandComplete(f *reply, body *[]byte) {
 // connection, and for the client's statement the first time the client is
 // told. A check (opCheck) that finds the client was told otherwise marks the
 // client's statement stale.
-func (s *session) noteDescription(f *reply, typ byte, body []byte) {
-	h := resultTypeHash(typ, body)
+func (s *Session) noteDescription(f *reply, typ byte, body []byte) {
+	h := backend.ResultTypeHash(typ, body)
 	if f.srv != "" && s.link.st != nil {
-		if s.link.st.descs == nil {
-			s.link.st.descs = make(map[string]uint64)
+		if s.link.st.Descs == nil {
+			s.link.st.Descs = make(map[string]uint64)
 		}
-		s.link.st.descs[f.srv] = h
+		s.link.st.Descs[f.srv] = h
 	}
 	if f.desc == nil {
 		return
@@ -324,7 +289,7 @@ func (s *session) noteDescription(f *reply, typ byte, body []byte) {
 // once as returning rows (h: the new description's resultTypeHash), which
 // only such a statement can be.
 func resultAtRunTime(st *stmt, h uint64) bool {
-	if st.desc == resultNoData || h == resultNoData {
+	if st.desc == backend.ResultNoData || h == backend.ResultNoData {
 		return true
 	}
 	query, _, _ := wire.CString(st.parse)
@@ -342,33 +307,6 @@ func isIdentByte(b byte) bool {
 	return b == '_' || b == '$' || b >= '0' && b <= '9' || b|0x20 >= 'a' && b|0x20 <= 'z' || b >= 0x80
 }
 
-// resultNoData is resultTypeHash of NoData.
-const resultNoData = 2
-
-// resultTypeHash hashes what a statement returns as PostgreSQL compares it
-// for "cached plan must not change result type": the columns' names, types,
-// sizes and modifiers, not the table they come from (which may differ
-// between clients with different search_paths and is no change).
-func resultTypeHash(typ byte, body []byte) uint64 {
-	if typ == 'n' || len(body) < 2 {
-		return resultNoData
-	}
-	var h maphash.Hash
-	h.SetSeed(stmtSeed)
-	n := int(binary.BigEndian.Uint16(body))
-	p := body[2:]
-	for i := 0; i < n; i++ {
-		name, rest, ok := wire.CString(p)
-		if !ok || len(rest) < 18 {
-			break
-		}
-		_, _ = h.Write(name)
-		_, _ = h.Write(rest[6:16]) // type OID, size, modifier (skipping table OID and column number)
-		p = rest[18:]
-	}
-	return h.Sum64() | 1
-}
-
 // completionOf is the message that completes a Parse, Bind or Close.
 func completionOf(k replyKind) byte {
 	switch k {
@@ -381,17 +319,17 @@ func completionOf(k replyKind) byte {
 }
 
 // noteCopy notices the server waiting for COPY data.
-func (s *session) noteCopy(f *reply, typ byte) {
+func (s *Session) noteCopy(f *reply, typ byte) {
 	if typ == 'G' || typ == 'W' {
 		if !f.copyDone { // else the client already sent all of its data
-			s.copyIn = true
+			s.pos.copyIn = true
 		}
 	}
 }
 
 // popServer removes the front entry (a server reply), undoing what it
 // registered when its message failed or was skipped.
-func (s *session) popServer(failed bool) reply {
+func (s *Session) popServer(failed bool) reply {
 	r := *s.q.front()
 	s.dropServer()
 	if failed {
@@ -402,14 +340,14 @@ func (s *session) popServer(failed bool) reply {
 
 // dropServer removes the front entry (a server reply that completed) when
 // nothing of it is needed any more: popServer without the copy.
-func (s *session) dropServer() {
-	if s.q.drop() && s.asked > 0 {
-		s.asked--
+func (s *Session) dropServer() {
+	if s.q.drop() && s.pos.asked > 0 {
+		s.pos.asked--
 	}
 }
 
 // undo reverts the bookkeeping of a message whose reply never came.
-func (s *session) undo(r reply) {
+func (s *Session) undo(r reply) {
 	if r.added != "" && s.link.st != nil {
 		// The Parse failed or was skipped after an earlier error; a Close
 		// of the same name before it may have been skipped too, leaving
@@ -417,12 +355,12 @@ func (s *session) undo(r reply) {
 		// the next Parse of that name closes it first (closing a statement
 		// that does not exist is no error).
 		st := s.link.st
-		delete(st.prepared, r.added)
-		delete(st.descs, r.added)
-		if st.stale == nil {
-			st.stale = make(map[string]bool)
+		delete(st.Prepared, r.added)
+		delete(st.Descs, r.added)
+		if st.Stale == nil {
+			st.Stale = make(map[string]bool)
 		}
-		st.stale[r.added] = true
+		st.Stale[r.added] = true
 	}
 	if r.stmt != nil && s.stmts[r.stmt.name] == r.stmt {
 		delete(s.stmts, r.stmt.name)
@@ -435,7 +373,7 @@ func (s *session) undo(r reply) {
 // onReady handles ReadyForQuery: entries before the boundary whose replies
 // never came (skipped after an error) are undone, and with nothing more
 // owed the session settles at this safe point.
-func (s *session) onReady(body []byte) error {
+func (s *Session) onReady(body []byte) error {
 	if len(body) != 1 {
 		return s.serverLost(errServerProtocol)
 	}
@@ -445,19 +383,19 @@ func (s *session) onReady(body []byte) error {
 			break
 		}
 	}
-	s.txStatus = body[0]
-	s.app.stats.ready(s.txStatus)
+	s.pos.txStatus = body[0]
+	s.app.Stats.Ready(s.pos.txStatus)
 	if l := s.listeningOf(); l != nil {
-		if err := l.Ready(s, s.txStatus, false); err != nil {
+		if err := l.Ready(s, s.pos.txStatus, false); err != nil {
 			return err
 		}
-		if s.txStatus == 'I' {
+		if s.pos.txStatus == 'I' {
 			s.cout = l.IdleMessages(s, s.cout) // as PostgreSQL, before the ReadyForQuery
 		}
 	}
-	s.cout = wire.AppendReadyForQuery(s.cout, s.txStatus)
+	s.cout = wire.AppendReadyForQuery(s.cout, s.pos.txStatus)
 	s.emitFront()
-	s.settled = s.q.server == 0 && !s.unsynced && len(s.sout) == 0
+	s.pos.settled = s.pos.answered(s.q.server, len(s.sout))
 	if s.q.server == 0 && s.extras != nil {
 		s.extras.signals = 0
 	}
@@ -467,7 +405,7 @@ func (s *session) onReady(body []byte) error {
 // safePoint runs when the server owes nothing and the client's messages
 // are all answered: probe a session that may hold locks or state, read back
 // changed settings, and give the connection back unless pinned.
-func (s *session) safePoint() error {
+func (s *Session) safePoint() error {
 	sc := s.link.sc
 	cancelling, err := s.link.settle()
 	if err != nil {
@@ -476,7 +414,7 @@ func (s *session) safePoint() error {
 	if cancelling != nil {
 		s.offload(func() { <-cancelling }) // see cancelRunning
 	}
-	if s.txStatus == 'I' && (s.needProbe || s.setsPending) {
+	if s.pos.txStatus == 'I' && (s.needProbe || s.setsPending) {
 		if err := s.link.to(linkProbing); err != nil {
 			return err
 		}
@@ -492,22 +430,22 @@ func (s *session) safePoint() error {
 		var err error
 		if sets {
 			err = s.readBackSettings(sc, s.link.st, names)
-			if errors.Is(err, errRefused) {
+			if errors.Is(err, backend.ErrRefused) {
 				// The server refused the read-back (the client's own
 				// statement_timeout, say): what the connection holds is
 				// unknown, so no other client may get it.
-				s.srv.log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("settings read-back failed; the server connection will be closed", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 				sc.Broken = true
 			}
 		}
 		if probe && err == nil {
-			held, reason, err = probeConn(sc, s.relayNotifications)
+			held, reason, err = backend.Probe(sc, s.relayNotifications)
 		}
 		if err != nil {
-			if isConnError(err) {
+			if backend.IsConnError(err) {
 				return s.serverLost(err)
 			}
-			if !errors.Is(err, errRefused) {
+			if !errors.Is(err, backend.ErrRefused) {
 				// The exchange stopped half way (a kill's interrupt
 				// ended its read): the connection's replies are out of
 				// step. The link stays probing, so cleanup destroys the
@@ -518,7 +456,7 @@ func (s *session) safePoint() error {
 				return err
 			}
 			if probe {
-				s.srv.log.Warn("lock probe failed; session stays pinned", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+				s.srv.Log.Warn("lock probe failed; session stays pinned", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 				held, reason = true, s.pinWant
 			}
 		}
@@ -529,32 +467,32 @@ func (s *session) safePoint() error {
 			return err
 		}
 	}
-	if s.txStatus == 'I' && s.extras != nil {
+	if s.pos.txStatus == 'I' && s.extras != nil {
 		s.insertReadyNotices()
 	}
-	if s.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
+	if s.pos.txStatus == 'I' && !s.served.Load() && s.executed.Load() {
 		s.served.Store(true) // a Handoff closes this client at its next idle point (session.drain)
 	}
 	s.link.mu.Lock()
 	draining := s.link.draining || s.drainAfterTx.Load() && s.executed.Load()
 	s.link.mu.Unlock()
-	if s.txStatus == 'I' && draining {
+	if s.pos.txStatus == 'I' && draining {
 		if s.link.pinned || s.slot != nil {
 			return errShutdown()
 		}
 		s.release()
 		return errShutdown()
 	}
-	if s.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.sessionPool {
+	if s.pos.txStatus == 'I' && !s.link.pinned && s.slot == nil && !s.app.SessionPool {
 		s.release()
 	}
 	return nil
 }
 
 // release gives the idle connection back to the pool.
-func (s *session) release() {
+func (s *Session) release() {
 	sc := s.link.detach()
-	s.asked = 0
+	s.pos.asked = 0
 	if sc != nil {
 		s.releaseServer(sc)
 	}
@@ -563,7 +501,7 @@ func (s *session) release() {
 // insertReadyNotices puts the notices of the session's local handlers
 // (local.ReadyNoticer: leases the session lost) before the ReadyForQuery that
 // ends the reply.
-func (s *session) insertReadyNotices() {
+func (s *Session) insertReadyNotices() {
 	if len(s.cout) < 6 || s.cout[len(s.cout)-6] != 'Z' {
 		return
 	}
@@ -582,7 +520,7 @@ func (s *session) insertReadyNotices() {
 
 // onParameterStatus records a parameter the server reports changed while
 // the client runs: it is now the client's value.
-func (s *session) onParameterStatus(b []byte) {
+func (s *Session) onParameterStatus(b []byte) {
 	k, rest, ok := wire.CString(b)
 	if !ok {
 		return
@@ -595,14 +533,14 @@ func (s *session) onParameterStatus(b []byte) {
 	if st == nil {
 		return
 	}
-	name, val := lower(string(k)), string(v)
-	st.params[name] = val
-	s.params.set(name, val)
-	st.synced = s.params.fingerprint()
+	name, val := backend.Lower(string(k)), string(v)
+	st.Params[name] = val
+	s.params.Set(name, val)
+	st.Synced = s.params.Fingerprint()
 }
 
 // setPinned applies a probe result.
-func (s *session) setPinned(held bool, reason string) {
+func (s *Session) setPinned(held bool, reason string) {
 	switch {
 	case held && !s.link.pinned:
 		if reason == "" {
@@ -610,10 +548,10 @@ func (s *session) setPinned(held bool, reason string) {
 		}
 		s.pinWant = reason
 		s.link.setPin(true, reason)
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, reason).Inc()
-		s.app.pins.Inc()
+		s.app.PinnedGauge.WithLabelValues(s.app.Cfg.Name, reason).Inc()
+		s.app.Pins.Inc()
 	case !held && s.link.pinned:
-		s.app.pinnedGauge.WithLabelValues(s.app.cfg.Name, s.link.pinReason).Dec()
+		s.app.PinnedGauge.WithLabelValues(s.app.Cfg.Name, s.link.pinReason).Dec()
 		s.pinWant = ""
 		s.link.setPin(false, "")
 	case !held:
@@ -631,7 +569,7 @@ func (s *session) setPinned(held bool, reason string) {
 // the server's FATAL (or lockpool's 08006) and its connection is closed, as
 // on a direct connection: nothing it sends after the loss runs. Otherwise the
 // loss is invisible.
-func (s *session) serverLost(err error) error {
+func (s *Session) serverLost(err error) error {
 	var handled drainError
 	if errors.As(err, &handled) {
 		return handled.err // drainServer ran serverLost (or the message's handling) already
@@ -641,13 +579,13 @@ func (s *session) serverLost(err error) error {
 		return err // a kill interrupted the wait: its FATAL ends the session
 	}
 	sc := s.link.sc
-	mustEnd := s.q.len() > 0 || s.unsynced || s.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.sessionPool || s.copyIn || len(s.sout) > 0
+	mustEnd := s.q.len() > 0 || s.pos.unsynced || s.pos.txStatus != 'I' || s.link.pinned || s.slot != nil || s.app.SessionPool || s.pos.copyIn || len(s.sout) > 0
 	wasPinned := s.link.pinned || s.slot != nil
 	_ = s.link.to(linkLost)
 	for s.q.len() > 0 {
 		s.undo(s.q.pop())
 	}
-	s.asked, s.unsynced, s.copyIn, s.askPending = 0, false, false, false
+	s.pos.asked, s.pos.unsynced, s.pos.copyIn, s.pos.askPending = 0, false, false, false
 	s.sout = s.sout[:0]
 	s.link.detach()
 	if sc != nil {
@@ -665,33 +603,28 @@ func (s *session) serverLost(err error) error {
 	}
 	switch {
 	case errors.Is(err, errServerProtocol):
-		s.srv.log.Info("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Info("server connection lost", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 	case sc != nil:
 		// Closed by PostgreSQL or the network: destroyServer counted it
 		// (pool.Conn.Gone), for one line for all the connections a
 		// restart closes.
-		s.srv.log.Debug("server connection lost", "app", s.app.cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
+		s.srv.Log.Debug("server connection lost", "app", s.app.Cfg.Name, "client", s.remote, "err", err, "reason", sc.Gone)
 	}
 	if !mustEnd {
-		s.txStatus = 'I'
+		s.pos.txStatus = 'I'
 		return nil
 	}
-	if s.sawFatal {
+	if s.pos.sawFatal {
 		return errSessionEnd // the server's FATAL is the last message
 	}
 	return pgerr.ConnectionLost(wasPinned).Fatal()
-}
-
-func isConnError(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
 // watchIdle waits for the idle, pinned (or session-mode) client's next
 // message while it relays what the server sends on its own (notifications,
 // notices, parameter changes) and notices the server's death: one wait in
 // the loop on both sockets.
-func (s *session) watchIdle() error {
+func (s *Session) watchIdle() error {
 	if err := s.flushClient(); err != nil {
 		return err
 	}
@@ -742,8 +675,8 @@ func (s *session) watchIdle() error {
 		}
 		switch typ {
 		case 'E':
-			if endsConnection(body) {
-				s.sawFatal = true
+			if backend.EndsConnection(body) {
+				s.pos.sawFatal = true
 				s.serverGone(pool.FatalReason(body))
 			}
 		case 'S':
@@ -763,7 +696,7 @@ func (s *session) watchIdle() error {
 // it is still sending, as it would from PostgreSQL, not after its last row.
 // It returns when the client has something to read, or the COPY ended and
 // the rest of its reply was relayed.
-func (s *session) watchCopy() error {
+func (s *Session) watchCopy() error {
 	if err := s.flushClient(); err != nil {
 		return err
 	}
@@ -772,7 +705,7 @@ func (s *session) watchCopy() error {
 	if s.co == nil || srv == nil || !srv.Adopted() || !s.sock.Adopted() || s.r.Buffered() > 0 {
 		return nil // outside the loop (tests): the server is read after the client's CopyDone
 	}
-	for s.copyIn && s.link.sc == sc {
+	for s.pos.copyIn && s.link.sc == sc {
 		if _, whole, large := sc.Reader.NextReady(); !whole && !large {
 			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
 			if errors.Is(err, errDeliver) {
@@ -793,7 +726,7 @@ func (s *session) watchCopy() error {
 			break
 		}
 	}
-	if s.link.sc == sc && !s.copyIn && s.asked > 0 {
+	if s.link.sc == sc && !s.pos.copyIn && s.pos.asked > 0 {
 		return s.flushBatch() // the rest of the reply (a simple query's ReadyForQuery)
 	}
 	return nil
@@ -808,7 +741,7 @@ func (s *session) watchCopy() error {
 // ReadyForQuery that ends the last reply owed (false: read nothing more
 // during this write): the pump after the write reads that one and runs the
 // safe point. Its errors come back as drainError: already handled.
-func (s *session) drainServer() (bool, error) {
+func (s *Session) drainServer() (bool, error) {
 	sc := s.link.sc
 	if sc == nil {
 		return false, nil
@@ -848,7 +781,7 @@ func (s *session) drainServer() (bool, error) {
 			return true, s.drainFlush()
 		}
 		if typ == 'E' {
-			s.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
+			s.pos.copyIn = false // a COPY ends with its error: the server ignores the rest of its data
 		}
 		if err := s.onServerMessage(typ, body); err != nil {
 			return false, drainError{err}
@@ -860,7 +793,7 @@ func (s *session) drainServer() (bool, error) {
 }
 
 // drainFlush writes what drainServer relayed to the client.
-func (s *session) drainFlush() error {
+func (s *Session) drainFlush() error {
 	if err := s.flushClient(); err != nil {
 		return drainError{err}
 	}
@@ -903,19 +836,19 @@ func serverSock(sc *pool.Conn) *evloop.Conn {
 }
 
 // bindServer makes the session's coroutine the only user of sc's socket.
-func (s *session) bindServer(sc *pool.Conn) {
+func (s *Session) bindServer(sc *pool.Conn) {
 	sock := serverSock(sc)
 	if sock == nil || s.co == nil {
 		return
 	}
 	if err := sock.Bind(s.co); err != nil {
-		s.srv.log.Debug("server socket stays outside the event loop", "pid", sc.PID, "err", err)
+		s.srv.Log.Debug("server socket stays outside the event loop", "pid", sc.PID, "err", err)
 	}
 }
 
 // releaseServer gives sc back to the pool (after the unbinding that lets
 // another session's loop take it).
-func (s *session) releaseServer(sc *pool.Conn) {
+func (s *Session) releaseServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
 		if err := sock.Flush(); err != nil {
 			// Never seen: what a session writes is answered before it
@@ -924,74 +857,23 @@ func (s *session) releaseServer(sc *pool.Conn) {
 		}
 		sock.Unbind()
 	}
-	s.srv.pool.Release(sc)
+	s.srv.Pool.Release(sc)
 }
 
 // destroyServer closes sc and frees its slot.
-func (s *session) destroyServer(sc *pool.Conn) {
+func (s *Session) destroyServer(sc *pool.Conn) {
 	if sock := serverSock(sc); sock != nil {
 		sock.DropDeferred() // nothing more is owed to a backend being closed
 		sock.Unbind()
 	}
-	s.srv.pool.Destroy(sc)
-}
-
-// probeSQL asks the server whether this backend still holds anything that
-// must keep the session pinned.
-const probeSQL = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted)," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_listening_channels())," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_cursors WHERE is_holdable)," +
-	" EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_statements WHERE from_sql)," +
-	" current_user <> session_user"
-
-var probeReasons = [...]string{"advisory_lock", "listen", "temp_table", "cursor", "prepare", "role"}
-
-// probeConn runs probeSQL on sc, which nobody else uses meanwhile. relay
-// (nil: none) gets the messages of no exchange that arrive meanwhile
-// (session.relayNotifications).
-func probeConn(sc *pool.Conn, relay func(func(byte, []byte)) func(byte, []byte)) (held bool, reason string, err error) {
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, probeSQL)); err != nil {
-		return false, "", err
-	}
-	var row []byte
-	var perr error
-	read := func(typ byte, body []byte) {
-		switch typ {
-		case 'D':
-			row = append(row[:0], body...)
-		case 'E':
-			perr = fmt.Errorf("%w: probe failed: %s", errRefused, pgerr.FromBody(body).Message)
-		}
-	}
-	if relay != nil {
-		read = relay(read)
-	}
-	err = readUntilReady(sc, read)
-	if err != nil {
-		return false, "", err
-	}
-	if perr != nil {
-		return false, "", perr
-	}
-	if len(row) < 2 {
-		return false, "", errors.New("probe returned no row")
-	}
-	dataRowColumns(row, func(i int, v []byte, null bool) {
-		if i < len(probeReasons) && !null && len(v) > 0 && v[0] == 't' && !held {
-			held, reason = true, probeReasons[i]
-		}
-	})
-	return held, reason, nil
+	s.srv.Pool.Destroy(sc)
 }
 
 // relayNotifications wraps the reader of one of lockpool's own exchanges
 // on the session's server connection (a probe, a settings read-back): a
 // notification that arrives meanwhile (listen: pin) is the client's and
 // goes to it, not to fn.
-func (s *session) relayNotifications(fn func(typ byte, body []byte)) func(typ byte, body []byte) {
+func (s *Session) relayNotifications(fn func(typ byte, body []byte)) func(typ byte, body []byte) {
 	return func(typ byte, body []byte) {
 		if typ == 'A' {
 			s.cout = wire.AppendFrame(s.cout, typ, body)
@@ -1001,87 +883,18 @@ func (s *session) relayNotifications(fn func(typ byte, body []byte)) func(typ by
 	}
 }
 
-// readUntilReady reads server messages up to and including ReadyForQuery,
-// passing each to fn (body valid only during the call).
-func readUntilReady(sc *pool.Conn, fn func(typ byte, body []byte)) error {
-	for {
-		typ, n, err := wire.ReadHeader(sc.Reader)
-		if err != nil {
-			return err
-		}
-		var body []byte
-		if n <= sc.Reader.Size() {
-			body, err = sc.Reader.Peek(n)
-		} else {
-			body = make([]byte, n)
-			_, err = io.ReadFull(sc.Reader, body)
-			n = 0
-		}
-		if err != nil {
-			return err
-		}
-		fn(typ, body)
-		if n > 0 {
-			_, _ = sc.Reader.Discard(n)
-		}
-		if typ == 'Z' {
-			return nil
-		}
-	}
-}
-
 // endsConnection reports whether an ErrorResponse body is a FATAL (or
 // PANIC): the server closes the connection after it.
 // serverGone records on the session's server connection that the server
 // ended it (reason: the FATAL's "SQLSTATE message"): when it is destroyed
 // the pool counts it among the connections lost (pool.Conn.Gone).
-func (s *session) serverGone(reason string) {
+func (s *Session) serverGone(reason string) {
 	if sc := s.link.sc; sc != nil && sc.Gone == "" {
 		sc.Gone = reason
 	}
 }
 
-func endsConnection(body []byte) bool {
-	sev := pgerr.FromBody(body).Severity
-	return sev == pgerr.SeverityFatal || sev == "PANIC"
-}
-
 // resetServer cleans a server connection whose session ended while it was
 // pinned (or in session mode), so the next client finds nothing of it. It
 // reports whether the connection may be reused.
-func (s *session) resetServer(sc *pool.Conn) bool {
-	_ = sc.Net.SetDeadline(time.Now().Add(5 * time.Second))
-	defer sc.Net.SetDeadline(time.Time{})
-	if _, err := sc.Net.Write(wire.AppendQuery(nil, "DISCARD ALL")); err != nil {
-		return false
-	}
-	failed := false
-	if err := readUntilReady(sc, func(typ byte, body []byte) {
-		if typ == 'E' {
-			failed = true
-		}
-	}); err != nil || failed {
-		return false
-	}
-	st := stateOf(sc)
-	// DISCARD ALL dropped every prepared statement and reset every setting.
-	st.prepared = nil
-	for k := range st.params {
-		delete(st.params, k)
-	}
-	for k, v := range st.defaults {
-		st.params[k] = v
-	}
-	st.synced = ""
-	held, _, err := probeConn(sc, nil)
-	return err == nil && !held
-}
-
-func lower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			return string(bytes.ToLower([]byte(s)))
-		}
-	}
-	return s
-}
+func (s *Session) resetServer(sc *pool.Conn) bool { return backend.Reset(sc) }

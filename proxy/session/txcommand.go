@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"unsafe"
@@ -18,7 +18,7 @@ func changesSchema(sql []byte) bool {
 // it reached a server (localTx 'E'), as PostgreSQL answers in a failed
 // transaction: every statement but one that ends the block gets 25P02;
 // ROLLBACK ends it, and so does COMMIT, which then reports ROLLBACK.
-func (s *session) inLocalFailedTx(typ byte, n int) error {
+func (s *Session) inLocalFailedTx(typ byte, n int) error {
 	switch typ {
 	case 'X':
 		return errSessionEnd
@@ -93,7 +93,7 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 		if err := s.discard(n); err != nil {
 			return err
 		}
-		s.skipping = false
+		s.pos.skipping = false
 		s.pushLocal(wire.AppendReadyForQuery(nil, s.status()), nil)
 		return nil
 	case 'H', 'd', 'c', 'f':
@@ -108,7 +108,7 @@ func (s *session) inLocalFailedTx(typ byte, n int) error {
 		return wire.ProtocolErrorf("invalid frontend message type %d", typ)
 	}
 	// An extended-protocol message that does not end the block.
-	s.skipping = true
+	s.pos.skipping = true
 	s.pushLocal(appendError(nil, 'E', errAborted()), nil)
 	return nil
 }

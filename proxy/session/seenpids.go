@@ -1,8 +1,8 @@
-package proxy
+package session
 
 import "sync"
 
-// seenPIDs maps the pid of a server backend to the key pid of the client
+// SeenPIDs maps the pid of a server backend to the key pid of the client
 // that last read it from pg_backend_pid(), and back. On a direct
 // connection the pid pg_backend_pid() answers names the caller's session
 // for good; through lockpool it names the backend of the client's
@@ -15,15 +15,15 @@ import "sync"
 // reads another pid no longer owns the first one; a client that ends owns
 // none.
 //
-// seenPIDs is shared by every session of a Server: its methods lock it.
-type seenPIDs struct {
+// SeenPIDs is shared by every session of a Server: its methods lock it.
+type SeenPIDs struct {
 	mu        sync.Mutex
 	byBackend map[uint32]uint32 // backend pid → key pid of the client that last read it
 	byClient  map[uint32]uint32 // key pid → the backend pid it last read
 }
 
 // note records that client (a key pid) read backend's pid.
-func (v *seenPIDs) note(backend, client uint32) {
+func (v *SeenPIDs) note(backend, client uint32) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.byBackend == nil {
@@ -40,8 +40,8 @@ func (v *seenPIDs) note(backend, client uint32) {
 	v.byClient[client] = backend
 }
 
-// forget drops what client (a key pid) read: it has ended.
-func (v *seenPIDs) forget(client uint32) {
+// Forget drops what client (a key pid) read: it has ended.
+func (v *SeenPIDs) Forget(client uint32) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if b, ok := v.byClient[client]; ok {
@@ -53,7 +53,7 @@ func (v *seenPIDs) forget(client uint32) {
 }
 
 // client returns the key pid of the client that last read backend's pid.
-func (v *seenPIDs) client(backend uint32) (uint32, bool) {
+func (v *SeenPIDs) client(backend uint32) (uint32, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	c, ok := v.byBackend[backend]

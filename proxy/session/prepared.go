@@ -1,22 +1,18 @@
-package proxy
+package session
 
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"hash/maphash"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
 
 	"github.com/lockpool/lockpool/policy"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -26,72 +22,15 @@ import (
 // parameter types, prepared on a server connection the first time the
 // client needs it there, reused after, and evicted least-recently-used.
 
-var stmtSeed = maphash.MakeSeed()
-
-// serverStmtName names the server statement of a Parse body (query and
-// parameter types) in a statement epoch: DDL and stale-plan errors start a
-// new epoch, so a statement parsed after them is prepared afresh.
-func serverStmtName(parseRest []byte, epoch uint64) string {
-	h := maphash.Bytes(stmtSeed, parseRest) ^ epoch*0x9e3779b97f4a7c15
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(h >> (56 - 8*i))
-	}
-	return "lp_" + hex.EncodeToString(b[:])
-}
-
-func (s *session) maxPrepared() int {
-	if m := s.app.cfg.MaxPreparedStatements; m > 0 {
+func (s *Session) maxPrepared() int {
+	if m := s.app.Cfg.MaxPreparedStatements; m > 0 {
 		return m
 	}
 	return 200
 }
 
-// stmtCatalog is what a Server knows about server statements across
-// sessions: the current epoch, and which statements PostgreSQL accepted
-// for a database and user (their Parse cannot fail, so a client's Parse
-// of them may be answered before a server connection is attached).
-type stmtCatalog struct {
-	epoch atomic.Uint64
-	mu    sync.Mutex
-	valid map[string]struct{} // database, user, server statement name
-}
-
-const stmtCatalogMax = 20000
-
-func catalogKey(database, user, srvName string) string {
-	return database + "\x00" + user + "\x00" + srvName
-}
-
-// known reports whether PostgreSQL accepted srvName for database and user.
-func (c *stmtCatalog) known(database, user, srvName string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.valid[catalogKey(database, user, srvName)]
-	return ok
-}
-
-// accepted records that PostgreSQL accepted srvName.
-func (c *stmtCatalog) accepted(database, user, srvName string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.valid == nil || len(c.valid) >= stmtCatalogMax {
-		c.valid = make(map[string]struct{})
-	}
-	c.valid[catalogKey(database, user, srvName)] = struct{}{}
-}
-
-// retire starts a new epoch: statements parsed from now on get new server
-// names, and nothing parsed before is known valid any more.
-func (c *stmtCatalog) retire() {
-	c.epoch.Add(1)
-	c.mu.Lock()
-	c.valid = nil
-	c.mu.Unlock()
-}
-
 // onParse handles Parse.
-func (s *session) onParse(n int) error {
+func (s *Session) onParse(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -119,7 +58,7 @@ func (s *session) onParse(n int) error {
 	f, mayHit := analyze(query)
 	schema := mayHit && changesSchema(query)
 	if schema {
-		s.srv.stmts.retire()
+		s.srv.Stmts.Retire()
 	}
 	if len(name) == 0 && !f.Hit() {
 		slot := -1
@@ -138,7 +77,7 @@ func (s *session) onParse(n int) error {
 // to say about; rest is its query and types (aliasing body), slot the
 // parseMemo slot that remembers it (-1: none). When the session's unnamed
 // statement is already that slot's, nothing about it changes.
-func (s *session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool) error {
+func (s *Session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool) error {
 	m := s.plainParses
 	if slot < 0 || m.current != slot {
 		if s.unnamed != nil {
@@ -154,7 +93,7 @@ func (s *session) sendPlainUnnamedParse(body, rest []byte, slot int, begins bool
 
 // sendUnnamedParse sends the session's unnamed statement (s.unnamedParse,
 // as body has it) to the server.
-func (s *session) sendUnnamedParse(body []byte, begins bool) error {
+func (s *Session) sendUnnamedParse(body []byte, begins bool) error {
 	s.unnamedBegin = begins
 	if err := s.toServer(replyParse, opPass); err != nil {
 		return s.attachFailed(err, false, begins)
@@ -168,7 +107,7 @@ func (s *session) sendUnnamedParse(body []byte, begins bool) error {
 // has something to say about. It is a function of its own so that the
 // common Parse (unnamed, nothing found) allocates nothing: the findings
 // escape here.
-func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
+func (s *Session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.Findings) error {
 	nameS := string(name)
 	restCopy := append([]byte(nil), rest...)
 	// A refusal is decided at Parse. A statement that may take a session
@@ -182,7 +121,7 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	// An unnamed statement parsed first in a batch outside a transaction
 	// block runs by itself there (drivers send Parse, Bind, Execute, Sync).
 	clientRest := restCopy
-	restCopy = s.serverParse(restCopy, &f, nameS == "" && s.txStatus == 'I' && s.localTx == 0 && !s.unsynced)
+	restCopy = s.serverParse(restCopy, &f, nameS == "" && s.pos.txStatus == 'I' && s.localTx == 0 && !s.pos.unsynced)
 	s.noteFallback(d, string(query))
 	switch d.Action {
 	case policy.Refuse:
@@ -218,11 +157,11 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 	if _, exists := s.stmts[nameS]; exists {
 		return s.fail(&pgError{Code: "42P05", Message: fmt.Sprintf("prepared statement %q already exists", nameS), Hint: "Close the statement before preparing it again."}, false)
 	}
-	st := &stmt{name: nameS, srvName: serverStmtName(restCopy, s.srv.stmts.epoch.Load()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
+	st := &stmt{name: nameS, srvName: backend.ServerStmtName(restCopy, s.srv.Stmts.Epoch()), parse: restCopy, find: f, begins: begins, at: time.Now().UnixMicro()}
 	if !bytes.Equal(clientRest, restCopy) {
 		st.client = clientRest
 	}
-	if s.link.sc == nil && s.srv.stmts.known(s.database, s.user, st.srvName) && !s.timesStatements() {
+	if s.link.sc == nil && s.srv.Stmts.Known(s.database, s.user, st.srvName) && !s.timesStatements() {
 		// Lazy preparation: PostgreSQL accepted this very statement for
 		// this database and user, so its Parse cannot fail; it is prepared
 		// on a server connection when the client first needs it there, and
@@ -238,11 +177,11 @@ func (s *session) onParseNoted(name, query, rest []byte, begins bool, f rewrite.
 // serverParse is the Parse body (query and parameter types, rest) the
 // server gets for a client's: rest with lockpool's rewrites (f: its
 // findings; alone: see rewriteParse) and lease_fence's.
-func (s *session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
+func (s *Session) serverParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	rest = s.rewriteParse(rest, f, alone)
-	if f.LeaseFence && s.srv.leases != nil {
+	if f.LeaseFence && s.srv.Leases != nil {
 		query, tail, _ := wire.CString(rest)
-		q := rewrite.RewriteFence(string(query), s.srv.leases.Schema())
+		q := rewrite.RewriteFence(string(query), s.srv.Leases.Schema())
 		rest = append(wire.AppendCString(nil, q), tail...)
 	}
 	return rest
@@ -263,7 +202,7 @@ func sessionDependent(f *rewrite.Findings) bool {
 // PostgreSQL the view and the function are read when the statement runs,
 // not when it was prepared. A changed text is another server statement,
 // prepared on the connection as any statement is at its first use there.
-func (s *session) refreshStmt(st *stmt) {
+func (s *Session) refreshStmt(st *stmt) {
 	if st.client == nil || !sessionDependent(&st.find) {
 		return
 	}
@@ -272,7 +211,7 @@ func (s *session) refreshStmt(st *stmt) {
 		return
 	}
 	st.parse = rest
-	st.srvName = serverStmtName(rest, s.srv.stmts.epoch.Load())
+	st.srvName = backend.ServerStmtName(rest, s.srv.Stmts.Epoch())
 }
 
 // timesStatements reports whether the client set a statement_timeout. Its
@@ -280,12 +219,12 @@ func (s *session) refreshStmt(st *stmt) {
 // times the extended-protocol messages up to the Sync as one statement, so
 // a client that is slow between its Parse and its Describe gets 57014
 // with the statement prepared, and must see the same through lockpool.
-func (s *session) timesStatements() bool {
-	return gucDuration(s.params.values()["statement_timeout"]) > 0
+func (s *Session) timesStatements() bool {
+	return backend.GUCDuration(s.params.Values()["statement_timeout"]) > 0
 }
 
 // forgetStmt drops a client statement that never came to be.
-func (s *session) forgetStmt(st *stmt) {
+func (s *Session) forgetStmt(st *stmt) {
 	if s.stmts[st.name] == st {
 		delete(s.stmts, st.name)
 	}
@@ -301,39 +240,39 @@ func appendHeaderBody(dst []byte, typ byte, head, body []byte) []byte {
 
 // prepareOnServer makes sure the attached server has st. When fromParse,
 // the client is owed a ParseComplete for it.
-func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
+func (s *Session) prepareOnServer(st *stmt, fromParse bool) error {
 	if err := s.attach(); err != nil {
 		return s.attachFailed(err, false, st.begins)
 	}
 	srv := s.link.st
-	if srv.prepared == nil {
-		srv.prepared = make(map[string]uint64)
+	if srv.Prepared == nil {
+		srv.Prepared = make(map[string]uint64)
 	}
-	srv.tick++
-	_, have := srv.prepared[st.srvName]
+	srv.Tick++
+	_, have := srv.Prepared[st.srvName]
 	var evict string
-	if !have && len(srv.prepared) >= s.maxPrepared() {
+	if !have && len(srv.Prepared) >= s.maxPrepared() {
 		var oldest uint64 = ^uint64(0)
-		for k, t := range srv.prepared {
+		for k, t := range srv.Prepared {
 			if t < oldest {
 				oldest, evict = t, k
 			}
 		}
-		delete(srv.prepared, evict)
+		delete(srv.Prepared, evict)
 	}
-	srv.prepared[st.srvName] = srv.tick
-	if have && !fromParse && st.desc != 0 && srv.descs[st.srvName] != 0 && srv.descs[st.srvName] != st.desc {
+	srv.Prepared[st.srvName] = srv.Tick
+	if have && !fromParse && st.desc != 0 && srv.Descs[st.srvName] != 0 && srv.Descs[st.srvName] != st.desc {
 		// The server statement was prepared afresh (after DDL) and returns
 		// other columns than the client was told: PostgreSQL would refuse
 		// the client's old statement.
 		return s.fail(errStalePlan(), false)
 	}
-	if !have && srv.stale[st.srvName] || have && (fromParse || st.fresh) {
+	if !have && srv.Stale[st.srvName] || have && (fromParse || st.fresh) {
 		// PostgreSQL still has the (stale, or maybe stale) statement
 		// under this name: a client's Parse always prepares afresh, so it
 		// sees the tables as they are now and its errors come with it.
-		delete(srv.stale, st.srvName)
-		delete(srv.descs, st.srvName)
+		delete(srv.Stale, st.srvName)
+		delete(srv.Descs, st.srvName)
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', st.srvName)
 		have = false
@@ -342,13 +281,13 @@ func (s *session) prepareOnServer(st *stmt, fromParse bool) error {
 		s.stmts[st.name] = st
 	}
 	if have {
-		s.app.prepHit.Inc()
+		s.app.PrepHit.Inc()
 	} else {
-		s.app.prepMiss.Inc()
+		s.app.PrepMiss.Inc()
 	}
 	if evict != "" {
-		delete(srv.descs, evict)
-		s.app.prepEvict.Inc()
+		delete(srv.Descs, evict)
+		s.app.PrepEvict.Inc()
 		s.expect(reply{kind: replyClose, op: opSwallow})
 		s.sout = wire.AppendClose(s.sout, 'S', evict)
 	}
@@ -395,7 +334,7 @@ func errNoStmt(name []byte) *pgError {
 
 // onBind handles Bind: the statement's findings decide pins; a named
 // statement is prepared on this server first if needed and renamed.
-func (s *session) onBind(n int) error {
+func (s *Session) onBind(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -448,7 +387,7 @@ func (s *session) onBind(n int) error {
 		if err := s.ensureUnnamed(); err != nil {
 			return err
 		}
-		if s.skipping {
+		if s.pos.skipping {
 			return nil
 		}
 		s.expectNotifies(f, tail)
@@ -462,7 +401,7 @@ func (s *session) onBind(n int) error {
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	s.expectNotifies(f, tail)
@@ -473,7 +412,7 @@ func (s *session) onBind(n int) error {
 }
 
 // onDescribe handles Describe.
-func (s *session) onDescribe(n int) error {
+func (s *Session) onDescribe(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -502,7 +441,7 @@ func (s *session) onDescribe(n int) error {
 			if err := s.ensureUnnamed(); err != nil {
 				return err
 			}
-			if s.skipping {
+			if s.pos.skipping {
 				return nil
 			}
 		}
@@ -519,7 +458,7 @@ func (s *session) onDescribe(n int) error {
 	if err := s.prepareOnServer(st, false); err != nil {
 		return err
 	}
-	if s.skipping {
+	if s.pos.skipping {
 		return nil
 	}
 	s.expect(reply{kind: replyDescribeStmt, srv: st.srvName, desc: st})
@@ -529,7 +468,7 @@ func (s *session) onDescribe(n int) error {
 
 // onClose handles Close. Closing a named statement forgets the client's
 // name; the server statement stays cached for reuse.
-func (s *session) onClose(n int) error {
+func (s *Session) onClose(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -567,7 +506,7 @@ func (s *session) onClose(n int) error {
 
 // onExecute handles Execute: a bound lease call is run by lockpool, any
 // other portal is the server's.
-func (s *session) onExecute(n int) error {
+func (s *Session) onExecute(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -598,7 +537,7 @@ func (s *session) onExecute(n int) error {
 // unnamed statement: after a Sync the connection may have gone to another
 // client, whose unnamed statement must never run for this one. The
 // client's last unnamed Parse is sent again when needed.
-func (s *session) ensureUnnamed() error {
+func (s *Session) ensureUnnamed() error {
 	if err := s.attach(); err != nil {
 		return s.attachFailed(err, false, s.unnamedBegin)
 	}
@@ -629,7 +568,7 @@ func deallocates(f *rewrite.Findings) bool {
 // protocol-level name is answered by lockpool; DEALLOCATE ALL and DISCARD
 // ALL forget the client's names and still go to the server. It reports
 // whether the statement was answered.
-func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
+func (s *Session) deallocate(f *rewrite.Findings, simple bool) bool {
 	for _, c := range f.State {
 		switch {
 		case c.Kind == rewrite.Deallocate && f.Statements == 1 && simple && s.status() != 'E':
@@ -646,46 +585,32 @@ func (s *session) deallocate(f *rewrite.Findings, simple bool) bool {
 	return false
 }
 
-// droppedAll reports whether a CommandComplete body is that of DEALLOCATE
-// ALL or DISCARD ALL: the server forgot every prepared statement.
-func droppedAll(body []byte) bool {
-	return bytes.Equal(body, []byte("DEALLOCATE ALL\x00")) || bytes.Equal(body, []byte("DISCARD ALL\x00"))
-}
-
 // forgetPrepared follows a DEALLOCATE ALL or DISCARD ALL that succeeded:
 // the client's protocol-level statements are gone, as on PostgreSQL, and so
 // is every statement lockpool prepared on the connection. One that failed
 // (inside a transaction block, say) changes nothing.
-func (s *session) forgetPrepared() {
+func (s *Session) forgetPrepared() {
 	for k := range s.stmts {
 		delete(s.stmts, k)
 	}
 	if st := s.link.st; st != nil {
-		st.prepared = nil
+		st.Prepared = nil
 	}
-}
-
-// isStalePlan reports whether an ErrorResponse says a prepared statement no
-// longer matches its tables (PostgreSQL keeps failing it until it is
-// prepared again).
-func isStalePlan(body []byte) bool {
-	e := pgerr.FromBody(body)
-	return e.Code == pgerr.FeatureNotSupported && strings.Contains(e.Message, "cached plan must not change result type")
 }
 
 // retireStale handles a stale-plan error of the server statement srvName on
 // the attached connection: it is closed there before its next use, and a
 // new epoch makes later Parses of any client prepare afresh.
-func (s *session) retireStale(srvName string) {
+func (s *Session) retireStale(srvName string) {
 	if st := s.link.st; st != nil {
-		delete(st.prepared, srvName)
-		delete(st.descs, srvName)
-		if st.stale == nil {
-			st.stale = make(map[string]bool)
+		delete(st.Prepared, srvName)
+		delete(st.Descs, srvName)
+		if st.Stale == nil {
+			st.Stale = make(map[string]bool)
 		}
-		st.stale[srvName] = true
+		st.Stale[srvName] = true
 	}
-	s.srv.stmts.retire()
+	s.srv.Stmts.Retire()
 }
 
 // parseMemo remembers the last few unnamed Parses (query and parameter
@@ -756,7 +681,7 @@ func (m *parseMemo) add(rest []byte, begins bool) int {
 // (SQL PREPARE on a pinned session) follow. The expression keeps the
 // view's row type, whatever the server's version, and its name when the
 // query gives no alias.
-func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
+func (s *Session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 	if len(f.PreparedViews) == 0 {
 		return nil
 	}
@@ -781,7 +706,7 @@ func (s *session) preparedViewEdits(f *rewrite.Findings, sql string) []sqlEdit {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "(%s, %s, %s, pg_catalog.to_timestamp(%d / 1e6), %s)", escapedLiteral(name), escapedLiteral(st.srvName), escapedLiteral(string(query)), st.at, paramTypesArray(st.params))
+			fmt.Fprintf(&b, "(%s, %s, %s, pg_catalog.to_timestamp(%d / 1e6), %s)", backend.EscapedLiteral(name), backend.EscapedLiteral(st.srvName), backend.EscapedLiteral(string(query)), st.at, paramTypesArray(st.params))
 		}
 		b.WriteString(") c(name, srv, statement, at, types) LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = c.srv UNION ALL ")
 	}

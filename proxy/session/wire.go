@@ -1,8 +1,7 @@
-package proxy
+package session
 
 import (
 	"github.com/lockpool/lockpool/internal/pgerr"
-	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // pgError is an error lockpool itself reports to a client: the one
@@ -28,15 +27,3 @@ var (
 	msgCloseComplete = []byte{'3', 0, 0, 0, 4}
 	msgNoData        = []byte{'n', 0, 0, 0, 4}
 )
-
-// dataRowColumns calls fn for each column of a DataRow body, in order, with
-// null set for SQL NULL. A malformed row calls fn for nothing.
-func dataRowColumns(body []byte, fn func(i int, v []byte, null bool)) {
-	row, err := wire.ParseDataRow(body)
-	if err != nil {
-		return
-	}
-	for i, v := range row.All() {
-		fn(i, v, v == nil)
-	}
-}

@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/backend"
 )
 
 // linkState is the life cycle of a session's server link.
@@ -54,7 +55,7 @@ type serverLink struct {
 	mu    sync.Mutex
 	state linkState
 	sc    *pool.Conn
-	st    *serverState
+	st    *backend.State
 	loop  *evloop.Loop // the session's loop, once it runs there (kill posts to it)
 
 	// The session's pin: whether it is pinned, why, since when. The
@@ -98,7 +99,7 @@ func (l *serverLink) toLocked(next linkState) error {
 // attach records a newly acquired connection. It refuses when the server
 // is shutting down, atomically with drain's check, so a drained session
 // never starts new work.
-func (l *serverLink) attach(sc *pool.Conn, st *serverState) error {
+func (l *serverLink) attach(sc *pool.Conn, st *backend.State) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.draining {
@@ -154,23 +155,6 @@ func (l *serverLink) setPin(pinned bool, reason string) {
 		l.pinnedSince = time.Time{}
 	}
 	l.mu.Unlock()
-}
-
-// linkView is a snapshot of a link for the admin server.
-type linkView struct {
-	attached    bool
-	backendPID  uint32
-	pinReason   string
-	pinnedSince time.Time
-}
-
-func (l *serverLink) view() linkView {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sc == nil {
-		return linkView{}
-	}
-	return linkView{attached: true, backendPID: l.sc.PID, pinReason: l.pinReason, pinnedSince: l.pinnedSince}
 }
 
 // pinSlot is a pin slot taken from the pool; Release is idempotent.

@@ -1,6 +1,8 @@
-package proxy
+package session
 
-import "testing"
+import (
+	"testing"
+)
 
 // TestSeenPIDs checks which client a backend's pid names after a sequence
 // of reads (note) and ends (forget).
@@ -26,12 +28,12 @@ func TestSeenPIDs(t *testing.T) {
 		{"a displaced reader reading again", []step{n(100, 1), n(100, 2), n(200, 1), n(100, 1)}, map[uint32]uint32{100: 1}},
 	}
 	for _, c := range cases {
-		var v seenPIDs
+		var v SeenPIDs
 		for _, s := range c.steps {
 			if s.note {
 				v.note(s.backend, s.client)
 			} else {
-				v.forget(s.client)
+				v.Forget(s.client)
 			}
 		}
 		for _, b := range []uint32{100, 200} {

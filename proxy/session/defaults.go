@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"slices"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockpool/lockpool/internal/wire"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/rewrite"
 )
@@ -26,14 +27,14 @@ import (
 
 // rewritesDefault reports whether c is a RESET-like statement of the
 // client's text that must be sent as a DO block.
-func (s *session) rewritesDefault(c rewrite.SetCmd) bool {
-	if c.Stmt == 0 || !c.Reset || len(s.params.startup) == 0 {
+func (s *Session) rewritesDefault(c rewrite.SetCmd) bool {
+	if c.Stmt == 0 || !c.Reset || len(s.params.Startup()) == 0 {
 		return false
 	}
 	if c.All {
 		return true
 	}
-	_, ok := s.params.startup[c.Name]
+	_, ok := s.params.Startup()[c.Name]
 	return ok
 }
 
@@ -46,13 +47,13 @@ var listQuoted = map[string]bool{"search_path": true, "temp_tablespaces": true, 
 // rewritesDefault): SET [LOCAL] name TO the startup value, which PostgreSQL
 // answers as it answers c (a SET LOCAL outside a transaction block warns
 // alike), or a DO block for RESET ALL and the list settings.
-func (s *session) defaultsStatement(c rewrite.SetCmd) string {
+func (s *Session) defaultsStatement(c rewrite.SetCmd) string {
 	if !c.All && !listQuoted[c.Name] {
 		scope := ""
 		if c.Local {
 			scope = "LOCAL "
 		}
-		return "SET " + scope + quoteGUC(c.Name) + " TO " + escapedLiteral(s.params.startup[c.Name])
+		return "SET " + scope + backend.QuoteGUC(c.Name) + " TO " + backend.EscapedLiteral(s.params.Startup()[c.Name])
 	}
 	var body strings.Builder
 	local := "false"
@@ -60,20 +61,20 @@ func (s *session) defaultsStatement(c rewrite.SetCmd) string {
 		local = "true"
 	}
 	setting := func(name, v string) {
-		body.WriteString("PERFORM pg_catalog.set_config(" + escapedLiteral(name) + ", " + escapedLiteral(v) + ", " + local + "); ")
+		body.WriteString("PERFORM pg_catalog.set_config(" + backend.EscapedLiteral(name) + ", " + backend.EscapedLiteral(v) + ", " + local + "); ")
 	}
 	if c.All {
 		body.WriteString("RESET ALL; ")
-		names := make([]string, 0, len(s.params.startup))
-		for k := range s.params.startup {
+		names := make([]string, 0, len(s.params.Startup()))
+		for k := range s.params.Startup() {
 			names = append(names, k)
 		}
 		sort.Strings(names)
 		for _, k := range names {
-			setting(k, s.params.startup[k])
+			setting(k, s.params.Startup()[k])
 		}
 	} else {
-		setting(c.Name, s.params.startup[c.Name])
+		setting(c.Name, s.params.Startup()[c.Name])
 	}
 	tag := "$lockpool$"
 	for strings.Contains(body.String(), tag) {
@@ -89,8 +90,8 @@ func (s *session) defaultsStatement(c rewrite.SetCmd) string {
 // sent as it is, since it changes nothing there and PostgreSQL's warning
 // about it is what the client must get (set_config in a DO block would not
 // warn).
-func (s *session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
-	if len(s.params.startup) == 0 {
+func (s *Session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
+	if len(s.params.Startup()) == 0 {
 		return nil
 	}
 	var edits []sqlEdit
@@ -106,7 +107,7 @@ func (s *session) defaultsEdits(f *rewrite.Findings, alone bool) []sqlEdit {
 // rewriteStatements returns sql as lockpool sends it (defaultsEdits,
 // listenEdits, preparedViewEdits, activityViewEdits) and the command tags
 // it corrects; sql itself and nil when nothing changes.
-func (s *session) rewriteStatements(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
+func (s *Session) rewriteStatements(sql string, f *rewrite.Findings, alone bool) (string, *tagFixes) {
 	edits := s.defaultsEdits(f, alone)
 	edits = append(edits, s.listenEdits(f, sql)...)
 	edits = append(edits, s.preparedViewEdits(f, sql)...)
@@ -119,7 +120,7 @@ func (s *session) rewriteStatements(sql string, f *rewrite.Findings, alone bool)
 
 // rewriteParse is rewriteStatements for a Parse's query and types (rest,
 // as on the wire); it returns rest itself when nothing changes.
-func (s *session) rewriteParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
+func (s *Session) rewriteParse(rest []byte, f *rewrite.Findings, alone bool) []byte {
 	query, tail, ok := wire.CString(rest)
 	if !ok || len(f.Sets) == 0 && len(f.ChannelsCalls) == 0 && len(f.PreparedViews) == 0 && len(f.ActivityViews) == 0 {
 		return rest
@@ -133,7 +134,7 @@ func (s *session) rewriteParse(rest []byte, f *rewrite.Findings, alone bool) []b
 
 // portalTag returns the command tag an Execute of a portal bound to a
 // statement with findings f must report, "" when the server's is right.
-func (s *session) portalTag(f *rewrite.Findings) string {
+func (s *Session) portalTag(f *rewrite.Findings) string {
 	if f == nil || f.Statements != 1 {
 		return ""
 	}

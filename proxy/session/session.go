@@ -1,4 +1,4 @@
-package proxy
+package session
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/policy"
 	"github.com/lockpool/lockpool/pool"
+	"github.com/lockpool/lockpool/proxy/appstate"
+	"github.com/lockpool/lockpool/proxy/backend"
 	"github.com/lockpool/lockpool/proxy/local"
 	"github.com/lockpool/lockpool/proxy/txcmd"
 	"github.com/lockpool/lockpool/rewrite"
@@ -53,7 +55,7 @@ type sessionExtras struct {
 }
 
 // more returns the session's extras, made at the first call.
-func (s *session) more() *sessionExtras {
+func (s *Session) more() *sessionExtras {
 	if s.extras == nil {
 		s.extras = new(sessionExtras)
 	}
@@ -67,26 +69,25 @@ var errSessionEnd = errors.New("session ended")
 // coroutine, which reads the client, writes the server, and relays the
 // server's replies; the few things other goroutines see live in link (the
 // server link, under its own lock) and out (the client socket).
-type session struct {
-	srv      *Server
+type Session struct {
+	srv      *Shared
 	loop     *evloop.Loop // the loop that runs the session
 	co       *evloop.Co   // the coroutine running it now (nil while it rests)
 	sock     *evloop.Conn // the client's socket (below TLS, if any)
-	resting  bool         // idle with no coroutine: the loop resumes it when the client speaks
-	ended    bool         // cleaned up
+	life     lifeState    // new, running, resting or ended (states.go)
 	mustRead bool         // the client's socket is readable: read before resting again
 	killed   *pgError     // a kill that reached the session while it rested
 	done     func()       // runs once the session ended and cleaned up
 	conn     net.Conn
 	r        *wire.Reader
 	out      clientOut
-	app      *appState
+	app      *appstate.App
 	user     string
 	database string
 	remote   string
 	pid      uint32
 	secret   uint32
-	params   clientParams
+	params   backend.ClientParams
 	idleTx   time.Duration // idle_transaction_timeout (0: off)
 
 	link serverLink // the server connection and its life cycle
@@ -96,15 +97,7 @@ type session struct {
 	sout       []byte     // buffered writes to the server
 	srvScratch []byte     // server messages larger than the read buffer
 	cout       []byte     // buffered writes to the client
-	asked      int        // server entries of q the server was asked to answer (Sync, Query or Flush sent)
-	askPending bool       // sout ends with a Sync, Query, FunctionCall or Flush
-	unsynced   bool       // extended-protocol messages went to the server after the last Sync
-	txStatus   byte       // the server's last ReadyForQuery status
-	copyIn     bool       // the server waits for COPY data from the client
-	copyData   bool       // s.sout holds COPY messages: written now (WriteDraining), not deferred
-	sawFatal   bool       // the server sent a FATAL error: the connection is about to close
-	settled    bool       // the last ReadyForQuery left nothing owed: run safePoint
-	skipping   bool       // discarding client messages until Sync after an error
+	pos        position   // where the conversation with the server stands (states.go)
 	watching   bool       // waiting in watchIdle: notifications to write interrupt the wait (deliverWake)
 	// localTx is 'E' when a statement that opens a transaction block failed
 	// before reaching a server: the client is in a failed transaction that
@@ -141,23 +134,23 @@ type session struct {
 
 	// drainAfterTx: the listeners were handed to a successor before this
 	// client was served a statement; it is closed at the idle point after
-	// its first one (handoff.go). executed: it sent a Query, Execute or
+	// its first one (package proxy: handoff.go). executed: it sent a Query, Execute or
 	// FunctionCall. served: one of them ended at an idle point.
 	drainAfterTx atomic.Bool
 	executed     atomic.Bool
 	served       atomic.Bool
 }
 
-func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user, database string, params map[string]string) *session {
+func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, database string, params map[string]string) *Session {
 	// Carry over whatever the client sent after its login (pipelined
 	// statements) into the session's own reader.
 	var early []byte
 	if n := br.Buffered(); n > 0 {
 		early, _ = br.Peek(n)
 	}
-	s := &session{
-		srv: srv, conn: conn, r: wire.NewReader(conn, srv.bufs, early), app: as, user: user, database: database,
-		remote: conn.RemoteAddr().String(), txStatus: 'I',
+	s := &Session{
+		srv: srv, conn: conn, r: wire.NewReader(conn, srv.Bufs, early), app: as, user: user, database: database,
+		remote: conn.RemoteAddr().String(), pos: position{txStatus: 'I'},
 	}
 	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
@@ -165,20 +158,20 @@ func newSession(srv *Server, conn net.Conn, br *bufio.Reader, as *appState, user
 		// keep their buffer.
 		s.r.SetReleaseAfter(0)
 	}
-	s.params.init(params)
+	s.params.Init(params)
 	return s
 }
 
 // run is the session's first coroutine: it binds the client's socket to co
 // (the loop adopts it) and serves the client; done runs when the session
 // has ended and cleaned up.
-func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
+func (s *Session) Run(co *evloop.Co, sock *evloop.Conn, done func()) {
 	s.done = done
 	s.wakeFn = s.wake // made once: a method value allocates
 	s.link.mu.Lock()
 	s.loop, s.sock, s.link.loop = co.Loop(), sock, co.Loop()
 	s.link.mu.Unlock()
-	s.app.clients.Inc()
+	s.app.Connected.Inc()
 	s.resume(co)
 }
 
@@ -186,16 +179,16 @@ func (s *session) run(co *evloop.Co, sock *evloop.Conn, done func()) {
 // resting session (idle, holding no server connection, nothing buffered)
 // has no coroutine and no stack: its loop starts a new coroutine on resume
 // when the client's socket becomes readable.
-func (s *session) resume(co *evloop.Co) {
-	s.co, s.resting = co, false
+func (s *Session) resume(co *evloop.Co) {
+	s.co, s.life = co, lifeRunning
 	if err := s.sock.Bind(co); err != nil {
-		s.srv.log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
+		s.srv.Log.Debug("client socket stays outside the event loop", "client", s.remote, "err", err)
 	}
 	for !s.turn() {
 		s.mustRead = true // unless it rests below: the client spoke meanwhile
 		if s.loop.GoOnReadable(s.sock, s.wakeFn) {
 			s.mustRead = false
-			s.resting = true
+			s.life = lifeResting
 			s.co = nil
 			s.r.Release()
 			s.sock.Unbind()
@@ -207,7 +200,7 @@ func (s *session) resume(co *evloop.Co) {
 // wake resumes a resting session whose client's socket became readable:
 // it reads at once, into a borrowed buffer, rather than asking whether it
 // may rest again (a peek) and reading one byte without a buffer first.
-func (s *session) wake(co *evloop.Co) {
+func (s *Session) wake(co *evloop.Co) {
 	s.mustRead = true
 	s.r.Borrow()
 	s.resume(co)
@@ -216,10 +209,10 @@ func (s *session) wake(co *evloop.Co) {
 // interrupt ends the session with pe (a FATAL), on the loop goroutine: a
 // running coroutine's current (or next) socket wait returns pe; a resting
 // session is woken to say it.
-func (s *session) interrupt(pe *pgError) {
+func (s *Session) interrupt(pe *pgError) {
 	switch {
-	case s.ended:
-	case s.resting:
+	case s.life == lifeEnded:
+	case s.life == lifeResting:
 		s.killed = pe
 		if s.loop.StopOnReadable(s.sock) {
 			s.loop.Go(s.resume)
@@ -235,26 +228,26 @@ func (s *session) interrupt(pe *pgError) {
 
 // restable reports whether the session may rest: idle, with no server
 // connection and nothing owed, on an adopted socket.
-func (s *session) restable() bool {
-	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.copyIn &&
+func (s *Session) restable() bool {
+	return s.loop != nil && s.sock.Adopted() && s.link.sc == nil && s.q.len() == 0 && !s.pos.copyIn &&
 		s.r.Buffered() == 0 && s.killed == nil && !s.mustRead
 }
 
 // turn reads and handles client messages until the session ends (true:
 // it cleaned up) or may rest (false).
-func (s *session) turn() (ended bool) {
+func (s *Session) turn() (ended bool) {
 	defer func() {
 		// A bug in one session ends that session, never the process.
 		if v := recover(); v != nil {
-			s.srv.log.Error("session crashed", "app", s.app.cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
+			s.srv.Log.Error("session crashed", "app", s.app.Cfg.Name, "client", s.remote, "panic", v, "stack", string(debug.Stack()))
 			s.out.end(nil, &pgError{Code: "XX000", Message: "lockpool: internal error", Hint: "This is a bug in lockpool; the connection is closed."})
 			ended = true
 		}
 		if ended {
-			s.ended = true
+			s.life = lifeEnded
 			s.cleanup()
-			s.srv.unadmit(s.app)
-			s.app.clients.Dec()
+			s.srv.Host.Unadmit(s.app)
+			s.app.Connected.Dec()
 			if s.done != nil {
 				s.done()
 			}
@@ -264,7 +257,7 @@ func (s *session) turn() (ended bool) {
 		s.end(pe)
 		return true
 	}
-	cfg := s.srv.rc.Load().cfg
+	cfg := s.srv.Host.Config()
 	maxMsg := cfg.MaxMessageSize
 	s.idleTx = cfg.IdleTransactionTimeout
 	for {
@@ -299,7 +292,7 @@ func (s *session) turn() (ended bool) {
 			s.end(pgerr.MessageTooLarge(n, maxMsg))
 			return true
 		}
-		if s.skipping && typ != 'S' && typ != 'X' {
+		if s.pos.skipping && typ != 'S' && typ != 'X' {
 			if err := s.discard(n); err != nil {
 				return true
 			}
@@ -313,7 +306,7 @@ func (s *session) turn() (ended bool) {
 }
 
 // dispatch handles one client message.
-func (s *session) dispatch(typ byte, n int) error {
+func (s *Session) dispatch(typ byte, n int) error {
 	if s.localTx != 0 {
 		return s.inLocalFailedTx(typ, n)
 	}
@@ -346,7 +339,7 @@ func (s *session) dispatch(typ byte, n int) error {
 		}
 		return s.forwardBody(typ, n)
 	case 'd', 'c', 'f':
-		if !s.copyIn && !s.copyMayStart() {
+		if !s.pos.copyIn && !s.copyMayStart() {
 			// No COPY runs or can start (none was asked for, or the server
 			// ended it with an error): PostgreSQL ignores these, and so
 			// does lockpool, whatever connection the session holds.
@@ -356,13 +349,13 @@ func (s *session) dispatch(typ byte, n int) error {
 		// client may send its data right after the COPY statement); the
 		// server ignores COPY messages outside COPY.
 		if typ != 'd' {
-			if s.copyIn {
-				s.copyIn = false
+			if s.pos.copyIn {
+				s.pos.copyIn = false
 			} else if r := s.q.back(); r != nil && (r.kind == replyQuery || r.kind == replyExecute) {
 				r.copyDone = true // the COPY ends before its CopyInResponse is relayed
 			}
 		}
-		s.copyData = true
+		s.pos.copyData = true
 		return s.forwardBody(typ, n)
 	}
 	return wire.ProtocolErrorf("invalid frontend message type %d", typ)
@@ -371,7 +364,7 @@ func (s *session) dispatch(typ byte, n int) error {
 // copyMayStart reports whether the server may still answer a statement
 // sent on the session's connection with a CopyInResponse: the last reply
 // owed is a Query's or an Execute's.
-func (s *session) copyMayStart() bool {
+func (s *Session) copyMayStart() bool {
 	if s.link.sc == nil {
 		return false
 	}
@@ -381,7 +374,7 @@ func (s *session) copyMayStart() bool {
 
 // markExecuted records that the client ran a statement (a load, no store,
 // after the first).
-func (s *session) markExecuted() {
+func (s *Session) markExecuted() {
 	if !s.executed.Load() {
 		s.executed.Store(true)
 	}
@@ -389,7 +382,7 @@ func (s *session) markExecuted() {
 
 // end finishes a session that must stop: a FATAL error is the last thing
 // the client gets, then its connection is closed.
-func (s *session) end(err error) {
+func (s *Session) end(err error) {
 	var pe *pgError
 	switch {
 	case errors.Is(err, errSessionEnd):
@@ -399,7 +392,7 @@ func (s *session) end(err error) {
 	case errors.Is(err, wire.ErrProtocol):
 		pe = pgerr.Protocol("%v", err)
 	default:
-		s.srv.log.Debug("session ended", "app", s.app.cfg.Name, "client", s.remote, "err", err)
+		s.srv.Log.Debug("session ended", "app", s.app.Cfg.Name, "client", s.remote, "err", err)
 		s.out.end(nil, nil)
 		return
 	}
@@ -413,24 +406,24 @@ func isTimeout(err error) bool {
 
 // idleInTransaction reports whether the client is idle inside a
 // transaction block on its server connection.
-func (s *session) idleInTransaction() bool {
-	return s.link.sc != nil && s.txStatus != 'I' && s.q.len() == 0
+func (s *Session) idleInTransaction() bool {
+	return s.link.sc != nil && s.pos.txStatus != 'I' && s.q.len() == 0
 }
 
 // idle prepares for a wait on the client: a pinned session's server is
 // watched meanwhile (notifications, its death: watchIdle), and a client
 // idle inside a transaction gets idle_transaction_timeout to speak.
-func (s *session) idle() error {
-	if s.copyIn && s.link.sc != nil {
+func (s *Session) idle() error {
+	if s.pos.copyIn && s.link.sc != nil {
 		return s.watchCopy()
 	}
 	if s.link.sc == nil || s.q.len() > 0 {
 		return nil
 	}
-	if s.idleTx > 0 && s.txStatus != 'I' {
+	if s.idleTx > 0 && s.pos.txStatus != 'I' {
 		s.r.SetDeadline(time.Now().Add(s.idleTx))
 	}
-	if s.txStatus == 'I' && !s.unsynced && (s.link.pinned || s.app.sessionPool) {
+	if s.pos.idle() && (s.link.pinned || s.app.SessionPool) {
 		return s.watchIdle()
 	}
 	return nil
@@ -439,16 +432,16 @@ func (s *session) idle() error {
 // body reads and consumes the n-byte body of the message whose header was
 // just read. It aliases the reader's buffer (or its scratch buffer for a
 // large message) and is valid until the next read from the client.
-func (s *session) body(n int) ([]byte, error) { return s.r.Body(n) }
+func (s *Session) body(n int) ([]byte, error) { return s.r.Body(n) }
 
-func (s *session) discard(n int) error {
+func (s *Session) discard(n int) error {
 	_, err := s.r.Discard(n)
 	return err
 }
 
 // attach takes a server connection for this session if it has none, with
 // a pin slot when a statement wants one (wantSlot).
-func (s *session) attach() error {
+func (s *Session) attach() error {
 	if s.link.sc != nil {
 		return nil
 	}
@@ -464,13 +457,13 @@ func (s *session) attach() error {
 		if sc, err = s.acquireWithPin(); err != nil {
 			return err
 		}
-	} else if sc = s.srv.pool.AcquireIdle(s.app.cfg.Name, s.database, s.liveness()); sc == nil {
+	} else if sc = s.srv.Pool.AcquireIdle(s.app.Cfg.Name, s.database, s.liveness()); sc == nil {
 		var err error
 		ctx := s.waitContext()
 		if s.co != nil {
-			sc, err = s.srv.pool.AcquireParked(ctx, s.app.cfg.Name, s.database, parkedWait{s.co})
+			sc, err = s.srv.Pool.AcquireParked(ctx, s.app.Cfg.Name, s.database, parkedWait{s.co})
 		} else {
-			sc, err = s.srv.pool.Acquire(ctx, s.app.cfg.Name, s.database)
+			sc, err = s.srv.Pool.Acquire(ctx, s.app.Cfg.Name, s.database)
 		}
 		s.endWait()
 		if err != nil {
@@ -479,7 +472,7 @@ func (s *session) attach() error {
 	}
 	s.bindServer(sc)
 	sc.LastClient = s.remote
-	st := stateOf(sc)
+	st := backend.StateOf(sc)
 	ps, err := s.syncParams(sc, st)
 	if err != nil {
 		s.destroyServer(sc)
@@ -495,8 +488,8 @@ func (s *session) attach() error {
 		return err
 	}
 	s.unnamedHere = false
-	s.txStatus = 'I'
-	s.sawFatal = false
+	s.pos.txStatus = 'I'
+	s.pos.sawFatal = false
 	s.cout = append(s.cout, ps...)
 	return nil
 }
@@ -506,40 +499,40 @@ func (s *session) attach() error {
 // session's loop, like a connection wait). The slot is the session's
 // (s.slot) from then on; attachFailed gives it back should the statement
 // not reach the server.
-func (s *session) acquireWithPin() (*pool.Conn, error) {
+func (s *Session) acquireWithPin() (*pool.Conn, error) {
 	s.wantSlot = false
 	ctx := s.waitContext()
 	var p pool.Parker
 	if s.co != nil {
 		p = parkedWait{s.co}
 	}
-	sc, err := s.srv.pool.AcquireWithPin(ctx, s.app.cfg.Name, s.database, p)
+	sc, err := s.srv.Pool.AcquireWithPin(ctx, s.app.Cfg.Name, s.database, p)
 	s.endWait()
 	if err != nil {
 		s.needProbe, s.pinWant = false, ""
 		return nil, err
 	}
-	s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
+	s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.Cfg.Name}
 	return sc, nil
 }
 
 // toServer attaches a server connection if needed and records the reply
 // the next message written to the server owes the client (none for kind
 // 0). The caller then appends the message to sout.
-func (s *session) toServer(kind replyKind, op replyOp) error {
+func (s *Session) toServer(kind replyKind, op replyOp) error {
 	if err := s.attach(); err != nil {
 		return err
 	}
 	switch kind {
 	case 0:
 	case replyQuery:
-		s.askPending = true
+		s.pos.askPending = true
 	case replySync:
-		s.askPending = true
-		s.unsynced = false
+		s.pos.askPending = true
+		s.pos.unsynced = false
 	default:
-		s.unsynced = true
-		s.askPending = false
+		s.pos.unsynced = true
+		s.pos.askPending = false
 	}
 	if kind != 0 {
 		s.q.push(reply{kind: kind, op: op})
@@ -549,14 +542,14 @@ func (s *session) toServer(kind replyKind, op replyOp) error {
 
 // expect records one more reply for a message the caller appends itself
 // after toServer: the same rules, with a statement to forget on failure.
-func (s *session) expect(r reply) {
+func (s *Session) expect(r reply) {
 	s.q.push(r)
-	s.unsynced = true
-	s.askPending = false
+	s.pos.unsynced = true
+	s.pos.askPending = false
 }
 
 // forwardBody forwards the n-byte body of a client message unchanged.
-func (s *session) forwardBody(typ byte, n int) error {
+func (s *Session) forwardBody(typ byte, n int) error {
 	s.sout = append(s.sout, typ, byte((n+4)>>24), byte((n+4)>>16), byte((n+4)>>8), byte(n+4))
 	if n <= s.r.Size() {
 		b, err := s.r.Peek(n)
@@ -586,7 +579,7 @@ func (s *session) forwardBody(typ byte, n int) error {
 }
 
 // writeServer writes the buffered messages to the attached server.
-func (s *session) writeServer() error {
+func (s *Session) writeServer() error {
 	if len(s.sout) == 0 {
 		return nil
 	}
@@ -607,9 +600,9 @@ func (s *session) writeServer() error {
 	var err error
 	d, ok := sc.Net.(*evloop.Conn)
 	switch {
-	case ok && s.copyData:
+	case ok && s.pos.copyData:
 		// COPY data goes now, relaying what the server says meanwhile.
-		s.copyData = false
+		s.pos.copyData = false
 		_, err = d.WriteDraining(out, s.drainServer)
 	case ok:
 		// Sent at the end of the loop's turn with the turn's other
@@ -621,13 +614,13 @@ func (s *session) writeServer() error {
 	default:
 		_, err = sc.Net.Write(out)
 	}
-	s.app.stats.toServer(len(out))
+	s.app.Stats.ToServer(len(out))
 	if len(s.sout) == 0 && cap(out) <= 64<<10 {
 		s.sout = out[:0]
 	}
-	if s.askPending {
-		s.asked = s.q.server
-		s.askPending = false
+	if s.pos.askPending {
+		s.pos.asked = s.q.server
+		s.pos.askPending = false
 	}
 	if err != nil {
 		return s.serverLost(err)
@@ -638,11 +631,11 @@ func (s *session) writeServer() error {
 // flushBatch sends what the client asked for, relays the server's replies
 // to everything the server was asked to answer, and writes the client's
 // replies.
-func (s *session) flushBatch() error {
+func (s *Session) flushBatch() error {
 	if err := s.writeServer(); err != nil {
 		return err
 	}
-	if s.asked > 0 && !s.copyIn {
+	if s.pos.asked > 0 && !s.pos.copyIn {
 		if err := s.pump(); err != nil {
 			return err
 		}
@@ -651,12 +644,12 @@ func (s *session) flushBatch() error {
 }
 
 // flushClient writes the buffered replies to the client.
-func (s *session) flushClient() error {
+func (s *Session) flushClient() error {
 	if len(s.cout) == 0 {
 		return nil
 	}
 	err := s.out.write(s.cout)
-	s.app.stats.toClient(len(s.cout))
+	s.app.Stats.ToClient(len(s.cout))
 	if cap(s.cout) > 64<<10 {
 		s.cout = nil
 	} else {
@@ -668,19 +661,19 @@ func (s *session) flushClient() error {
 // settle brings the server conversation up to the message being handled:
 // every earlier message is answered and its reply queued for the client, so
 // that a reply lockpool makes itself can follow in order, and an error
-// earlier in the batch is known (then s.skipping is set).
-func (s *session) settle() error {
+// earlier in the batch is known (then s.pos.skipping is set).
+func (s *Session) settle() error {
 	if s.link.sc == nil || s.q.server == 0 && len(s.sout) == 0 {
 		return nil
 	}
-	if s.q.server > 0 && !s.askPending {
+	if s.q.server > 0 && !s.pos.askPending {
 		s.sout = append(s.sout, 'H', 0, 0, 0, 4) // Flush: the server sends what it has
-		s.askPending = true
+		s.pos.askPending = true
 	}
 	if err := s.writeServer(); err != nil {
 		return err
 	}
-	if s.asked > 0 && !s.copyIn {
+	if s.pos.asked > 0 && !s.pos.copyIn {
 		return s.pump()
 	}
 	return nil
@@ -688,14 +681,14 @@ func (s *session) settle() error {
 
 // pushLocal queues lockpool's own reply; it is written as soon as every
 // reply before it was.
-func (s *session) pushLocal(b []byte, undo func()) {
+func (s *Session) pushLocal(b []byte, undo func()) {
 	s.q.push(reply{kind: replyLocal, local: b, undo: undo})
 	s.emitFront()
 }
 
 // emitFront moves lockpool's own replies that reached the front of the
 // queue to the client's buffer.
-func (s *session) emitFront() {
+func (s *Session) emitFront() {
 	for {
 		r := s.q.front()
 		if r == nil || r.kind != replyLocal {
@@ -707,21 +700,21 @@ func (s *session) emitFront() {
 }
 
 // status is the transaction status the client sees now.
-func (s *session) status() byte {
+func (s *Session) status() byte {
 	if s.localTx != 0 {
 		return s.localTx
 	}
 	if s.link.sc == nil {
 		return 'I'
 	}
-	return s.txStatus
+	return s.pos.txStatus
 }
 
 // attachFailed reports a failure to get a server connection. The client
 // stays connected and may retry; a statement that opens a transaction block
 // leaves it in a failed transaction, so that its next statements never run
 // outside the block it asked for.
-func (s *session) attachFailed(err error, simple, begins bool) error {
+func (s *Session) attachFailed(err error, simple, begins bool) error {
 	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// A pin slot taken for this statement must not outlive it: nothing
 		// ran, so nothing can be held.
@@ -734,15 +727,15 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 	case errors.Is(err, errSessionEnd):
 		return err
 	case errors.Is(err, pool.ErrPinTimeout):
-		pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
+		pe = policy.PinTimeout(s.app.Cfg.Name, s.app.Cfg.MaxPinned, s.app.Cfg.WaitTimeout.String())
 	case errors.Is(err, pool.ErrWaitTimeout):
-		pe = policy.PoolTimeout(s.app.cfg.Name, s.app.cfg.MaxConnections, s.app.cfg.WaitTimeout.String())
+		pe = policy.PoolTimeout(s.app.Cfg.Name, s.app.Cfg.MaxConnections, s.app.Cfg.WaitTimeout.String())
 	case errors.Is(err, context.Canceled):
 		pe = errCanceled()
 	case errors.Is(err, pool.ErrClosed):
 		pe = errShutdown()
 	default:
-		pe = serverLoginError(err, s.database, s.app).(*pgError)
+		pe = backend.LoginError(err, s.database, s.app.Cfg.Name).(*pgError)
 	}
 	if pe.Severity == "FATAL" {
 		return pe
@@ -755,7 +748,7 @@ func (s *session) attachFailed(err error, simple, begins bool) error {
 
 // localError answers an error with no server involved: with ReadyForQuery
 // for a simple query, else by discarding until the client's Sync.
-func (s *session) localError(pe *pgError, simple bool) error {
+func (s *Session) localError(pe *pgError, simple bool) error {
 	if ke := s.killedBy(); ke != nil {
 		return ke // as in fail
 	}
@@ -763,7 +756,7 @@ func (s *session) localError(pe *pgError, simple bool) error {
 	if simple {
 		buf = wire.AppendReadyForQuery(buf, s.status())
 	} else {
-		s.skipping = true
+		s.pos.skipping = true
 	}
 	s.pushLocal(buf, nil)
 	return nil
@@ -773,7 +766,7 @@ func (s *session) localError(pe *pgError, simple bool) error {
 // server's transaction states in agreement: with no server attached the
 // error is lockpool's own; otherwise the server raises it, so that the
 // server's transaction fails with it.
-func (s *session) fail(pe *pgError, simple bool) error {
+func (s *Session) fail(pe *pgError, simple bool) error {
 	if ke := s.killedBy(); ke != nil {
 		// A kill ended the wait that failed (it cancels waits in
 		// lockpool): its FATAL is the answer, not the cancel's error.
@@ -782,7 +775,7 @@ func (s *session) fail(pe *pgError, simple bool) error {
 	if s.link.sc == nil {
 		return s.localError(pe, simple)
 	}
-	sql := raiseSQL(pe)
+	sql := backend.RaiseSQL(pe)
 	if simple {
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			return s.attachFailed(err, true, false)
@@ -796,28 +789,8 @@ func (s *session) fail(pe *pgError, simple bool) error {
 	s.sout = wire.AppendParse(s.sout, "", sql, nil)
 	s.sout = wire.AppendBindExecute(s.sout, "")
 	s.unnamedHere = false
-	s.skipping = true
+	s.pos.skipping = true
 	return nil
-}
-
-// raiseSQL is a statement that makes the server raise pe.
-func raiseSQL(pe *pgError) string {
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	var b strings.Builder
-	b.WriteString("DO $lockpool$BEGIN RAISE EXCEPTION USING ERRCODE = ")
-	b.WriteString(q(pe.Code))
-	b.WriteString(", MESSAGE = ")
-	b.WriteString(q(pe.Message))
-	if pe.Hint != "" {
-		b.WriteString(", HINT = ")
-		b.WriteString(q(pe.Hint))
-	}
-	if pe.Detail != "" {
-		b.WriteString(", DETAIL = ")
-		b.WriteString(q(pe.Detail))
-	}
-	b.WriteString("; END$lockpool$")
-	return b.String()
 }
 
 // analyze runs the prefilter and, on a hit, the lexer. sql aliases the
@@ -836,15 +809,15 @@ func analyze(body []byte) (f rewrite.Findings, mayHit bool) {
 }
 
 // decide maps findings to a policy decision for this session.
-func (s *session) decide(f *rewrite.Findings) policy.Decision {
+func (s *Session) decide(f *rewrite.Findings) policy.Decision {
 	if !f.Advisory && len(f.State) == 0 {
 		return policy.Decision{}
 	}
 	in := policy.Input{
-		App:            s.app.cfg.Name,
-		AdvisoryLocks:  s.app.advisory,
-		SessionState:   s.app.sessionState,
-		SessionPool:    s.app.sessionPool,
+		App:            s.app.Cfg.Name,
+		AdvisoryLocks:  s.app.Advisory,
+		SessionState:   s.app.SessionState,
+		SessionPool:    s.app.SessionPool,
 		SessionAcquire: f.SessionAcquire,
 		Advisory:       f.Advisory,
 		Unlock:         local.CallsUnlock(f),
@@ -861,7 +834,7 @@ func (s *session) decide(f *rewrite.Findings) policy.Decision {
 	for _, c := range f.State {
 		switch c.Kind {
 		case rewrite.Listen:
-			switch s.app.listen {
+			switch s.app.Listen {
 			case policy.Reject:
 				in.Listen = true
 			case policy.Pin:
@@ -907,12 +880,12 @@ func stateReason(k rewrite.StateKind) string {
 
 // apply carries out a decision before the statement is forwarded. It
 // returns false when the statement was answered with an error instead.
-func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bool, error) {
+func (s *Session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bool, error) {
 	switch d.Action {
 	case policy.Refuse:
 		for _, fn := range f.Funcs {
 			if fn.SessionAcquire() {
-				s.app.rejected(fn.String())
+				s.app.Rejected(fn.String())
 			}
 		}
 		return false, s.fail(d.Err, simple)
@@ -927,13 +900,13 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 			// ahead of sessions that wait holding nothing (pool.AcquirePin).
 			ctx := s.waitContext()
 			var err error
-			s.offload(func() { err = s.srv.pool.AcquirePin(ctx, s.app.cfg.Name) })
+			s.offload(func() { err = s.srv.Pool.AcquirePin(ctx, s.app.Cfg.Name) })
 			s.endWait()
 			if err != nil {
 				var pe *pgError
 				switch {
 				case errors.Is(err, pool.ErrPinTimeout):
-					pe = policy.PinTimeout(s.app.cfg.Name, s.app.cfg.MaxPinned, s.app.cfg.WaitTimeout.String())
+					pe = policy.PinTimeout(s.app.Cfg.Name, s.app.Cfg.MaxPinned, s.app.Cfg.WaitTimeout.String())
 				case errors.Is(err, context.Canceled):
 					pe = errCanceled()
 				default:
@@ -941,7 +914,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 				}
 				return false, s.fail(pe, simple)
 			}
-			s.slot = &pinSlot{pool: s.srv.pool, app: s.app.cfg.Name}
+			s.slot = &pinSlot{pool: s.srv.Pool, app: s.app.Cfg.Name}
 		}
 		s.needProbe = true
 		if s.pinWant == "" {
@@ -956,7 +929,7 @@ func (s *session) apply(d policy.Decision, f *rewrite.Findings, simple bool) (bo
 // liveness is how the pool checks an idle connection for this session:
 // from a coroutine, by what its loop's epoll reported (pool.Liveness);
 // otherwise nil (the pool peeks).
-func (s *session) liveness() pool.Liveness {
+func (s *Session) liveness() pool.Liveness {
 	if s.co == nil {
 		return nil
 	}
@@ -968,7 +941,7 @@ func (s *session) liveness() pool.Liveness {
 // PostgreSQL connection, a dial. Every such wait goes through offload, so
 // that a session driven by an event loop never stalls the other sessions of
 // its loop (see doc.go).
-func (s *session) offload(fn func()) {
+func (s *Session) offload(fn func()) {
 	if s.co == nil {
 		fn()
 		return
@@ -980,11 +953,11 @@ func (s *session) offload(fn func()) {
 // pin slot, a lease) that a CancelRequest ends; call endWait after.
 // The context is reused until a cancel request ends it, so a wait costs
 // no allocation.
-func (s *session) waitContext() context.Context {
+func (s *Session) waitContext() context.Context {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
 	if s.link.waitCtx == nil {
-		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.baseCtx)
+		s.link.waitCtx, s.link.waitStop = context.WithCancel(s.srv.Base)
 	}
 	s.link.waiting = true
 	s.link.waitCo = s.co
@@ -1001,7 +974,7 @@ type parkedWait struct{ *evloop.Co }
 // WakesOnCancel implements pool.CancelParker.
 func (parkedWait) WakesOnCancel() bool { return true }
 
-func (s *session) endWait() {
+func (s *Session) endWait() {
 	s.link.mu.Lock()
 	s.link.waiting = false
 	s.link.waitCo = nil
@@ -1018,7 +991,7 @@ func (s *session) endWait() {
 // finished meanwhile ignores a cancel that arrives while it is idle. The
 // link's lock is not held while the cancel connection is dialed: the
 // session's loop never waits on a dial.
-func (s *session) cancelRunning(ctx context.Context) {
+func (s *Session) CancelRunning(ctx context.Context) {
 	s.link.mu.Lock()
 	if s.link.waiting {
 		s.link.stopWaitLocked()
@@ -1031,8 +1004,8 @@ func (s *session) cancelRunning(ctx context.Context) {
 	s.link.cancelling = done
 	s.link.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := s.srv.pool.Cancel(cctx, sc); err != nil {
-		s.srv.log.Debug("cancel failed", "err", err)
+	if err := s.srv.Pool.Cancel(cctx, sc); err != nil {
+		s.srv.Log.Debug("cancel failed", "err", err)
 	}
 	cancel()
 	s.link.mu.Lock()
@@ -1043,14 +1016,14 @@ func (s *session) cancelRunning(ctx context.Context) {
 
 // awaitCancel waits (offloaded) until no cancel request for the client's
 // statement is in flight; see cancelRunning.
-func (s *session) awaitCancel() {
+func (s *Session) awaitCancel() {
 	if done := s.link.cancelInFlight(); done != nil {
 		s.offload(func() { <-done })
 	}
 }
 
 // onQuery handles a simple Query.
-func (s *session) onQuery(n int) error {
+func (s *Session) onQuery(n int) error {
 	body, err := s.body(n)
 	if err != nil {
 		return err
@@ -1065,7 +1038,7 @@ func (s *session) onQuery(n int) error {
 	}
 	if !f.Hit() {
 		if mayHit && changesSchema(q.SQL) {
-			s.srv.stmts.retire()
+			s.srv.Stmts.Retire()
 		}
 		if err := s.toServer(replyQuery, opPass); err != nil {
 			begins := txcmd.Of(q.SQL) == txcmd.Begin
@@ -1081,7 +1054,7 @@ func (s *session) onQuery(n int) error {
 		return s.answerQuery(h, &f, sql)
 	}
 	if changesSchema([]byte(sql)) {
-		s.srv.stmts.retire()
+		s.srv.Stmts.Retire()
 	}
 	if deallocates(&f) && s.deallocate(&f, true) {
 		return nil
@@ -1091,9 +1064,9 @@ func (s *session) onQuery(n int) error {
 	if !ok || err != nil {
 		return err
 	}
-	sql, tags := s.rewriteStatements(sql, &f, s.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
-	if f.LeaseFence && s.srv.leases != nil {
-		sql = rewrite.RewriteFence(sql, s.srv.leases.Schema())
+	sql, tags := s.rewriteStatements(sql, &f, s.pos.txStatus == 'I' && s.localTx == 0 && f.Statements == 1)
+	if f.LeaseFence && s.srv.Leases != nil {
+		sql = rewrite.RewriteFence(sql, s.srv.Leases.Schema())
 	}
 	s.trackSets(&f)
 	if tags != nil && len(f.State) > 0 {
@@ -1110,19 +1083,19 @@ func (s *session) onQuery(n int) error {
 }
 
 // onSync handles Sync.
-func (s *session) onSync(n int) error {
+func (s *Session) onSync(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
-	failed := s.skipping
-	s.skipping = false
+	failed := s.pos.skipping
+	s.pos.skipping = false
 	if s.link.sc == nil && (s.slot != nil || s.wantSlot) && !s.link.pinned {
 		// Nothing ran on a server: nothing can be held.
 		s.slot.Release()
 		s.slot, s.wantSlot, s.needProbe, s.pinWant = nil, false, false, ""
 	}
 	if s.link.sc == nil {
-		s.unsynced = false
+		s.pos.unsynced = false
 		if l := s.listeningOf(); l != nil {
 			if err := l.Ready(s, s.status(), failed); err != nil {
 				return err
@@ -1142,13 +1115,13 @@ func (s *session) onSync(n int) error {
 }
 
 // onFlush handles Flush: the server sends what it has, and so does lockpool.
-func (s *session) onFlush(n int) error {
+func (s *Session) onFlush(n int) error {
 	if err := s.discard(n); err != nil {
 		return err
 	}
 	if s.link.sc != nil {
 		s.sout = append(s.sout, 'H', 0, 0, 0, 4)
-		s.askPending = true
+		s.pos.askPending = true
 	}
 	return nil
 }
@@ -1156,10 +1129,10 @@ func (s *session) onFlush(n int) error {
 // drain is called at shutdown (from another goroutine): an idle client is
 // told and closed now, a client inside a transaction at its end. After a
 // Handoff, a client that was not served a statement yet runs one first.
-func (s *session) drain() {
+func (s *Session) Drain() {
 	s.link.mu.Lock()
 	idle := s.link.state == linkDetached || s.link.state == linkWatched
-	if !s.served.Load() && s.srv.handedOff.Load() {
+	if !s.served.Load() && s.srv.Host.HandedOff() {
 		// Idle, in a prepare round trip, or its first statement is on its way.
 		s.drainAfterTx.Store(true)
 		s.link.mu.Unlock()
@@ -1175,7 +1148,7 @@ func (s *session) drain() {
 // kill ends the session with a FATAL error (from another goroutine): its
 // loop interrupts it (interrupt), and the session writes the FATAL last and
 // cleans up. Before the session reached its loop, the FATAL is written here.
-func (s *session) kill(pe *pgError) {
+func (s *Session) kill(pe *pgError) {
 	s.link.mu.Lock()
 	l := s.link.loop
 	fatal := pe.Fatal()
@@ -1197,7 +1170,7 @@ func (s *session) kill(pe *pgError) {
 // stopWait ends a wait in lockpool of a session that another goroutine
 // is closing (kill): a held lock's wait has no bound of its own, and the
 // session goroutine must get to its cleanup.
-func (s *session) stopWait() {
+func (s *Session) stopWait() {
 	s.link.mu.Lock()
 	defer s.link.mu.Unlock()
 	if s.link.waiting {
@@ -1208,7 +1181,7 @@ func (s *session) stopWait() {
 // killedBy returns the FATAL of a kill of the session, or nil: the one the
 // loop delivered, or one on its way (a kill cancels the session's waits at
 // once and posts its interrupt to the loop).
-func (s *session) killedBy() *pgError {
+func (s *Session) killedBy() *pgError {
 	if s.killed != nil {
 		return s.killed
 	}
@@ -1222,7 +1195,7 @@ func (s *session) killedBy() *pgError {
 // block, did not complete cleanly: with the kill's FATAL when a kill ended
 // it, otherwise as a lost server connection (08006; the connection is
 // destroyed and the client's transaction is gone).
-func (s *session) exchangeBroken(err error) *pgError {
+func (s *Session) exchangeBroken(err error) *pgError {
 	if ke := s.killedBy(); ke != nil {
 		return ke
 	}
@@ -1234,8 +1207,8 @@ func (s *session) exchangeBroken(err error) *pgError {
 }
 
 // cleanup runs when the session ends, however it ends.
-func (s *session) cleanup() {
-	s.srv.unregister(s)
+func (s *Session) cleanup() {
+	s.srv.Host.Unregister(s)
 	s.link.mu.Lock()
 	s.link.stopWaitLocked()
 	s.link.mu.Unlock()
@@ -1244,8 +1217,8 @@ func (s *session) cleanup() {
 	// A link left probing is one whose own exchange with the server (probe,
 	// read-back) stopped half way: replies are unread, so it is not clean.
 	midExchange := s.link.state == linkProbing
-	clean := !lost && !midExchange && s.q.server == 0 && !s.unsynced && s.txStatus == 'I' && !s.copyIn && !s.sawFatal
-	busy := s.q.server > 0 || s.unsynced
+	clean := !lost && !midExchange && s.pos.clean(s.q.server)
+	busy := s.q.server > 0 || s.pos.unsynced
 	_ = s.link.to(linkClosing)
 	s.link.detach()
 	if sc != nil && clean {
@@ -1253,7 +1226,7 @@ func (s *session) cleanup() {
 	}
 	if sc != nil {
 		switch {
-		case clean && (s.link.pinned || s.app.sessionPool || s.slot != nil):
+		case clean && (s.link.pinned || s.app.SessionPool || s.slot != nil):
 			if s.resetServer(sc) {
 				s.releaseServer(sc)
 			} else {
@@ -1266,8 +1239,8 @@ func (s *session) cleanup() {
 			// the backend notices its client is gone and ends now, not
 			// when the statement would have finished.
 			s.offload(func() {
-				ctx, cancel := context.WithTimeout(s.srv.baseCtx, 2*time.Second)
-				_ = s.srv.pool.Cancel(ctx, sc)
+				ctx, cancel := context.WithTimeout(s.srv.Base, 2*time.Second)
+				_ = s.srv.Pool.Cancel(ctx, sc)
 				cancel()
 			})
 			s.destroyServer(sc)
@@ -1280,5 +1253,5 @@ func (s *session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
-	s.srv.sessionEnded(s)
+	s.srv.Host.Ended(s)
 }
