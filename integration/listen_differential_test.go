@@ -60,6 +60,11 @@ import (
 // and delivered if the block LISTENed it (and the session already listened
 // to something). Their differences are logged, not failed; the randomized
 // test allows both outcomes there.
+//
+// go test reports this test at 60–100 s under -race in the whole suite: its
+// scenarios run in parallel with the package's other tests, and the
+// reported time counts their wait for a -parallel slot. Their own work is
+// about 20 s (18 scenarios of 1–3 s, and the node-postgres run).
 func TestListenDifferential(t *testing.T) {
 	t.Parallel()
 	cluster := ensureListenRoleDB(t, listenDiffRole, listenDiffDB)

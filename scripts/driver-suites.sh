@@ -21,7 +21,9 @@
 # (pgx's testsetup SQL, the databases the suites use) and a lockpool built
 # from this checkout in front of it (one user, every database, listen:
 # shared, advisory_locks: hold, session_state: pin, as config.yaml ships),
-# and removes both at the end. A test listed in
+# and removes both at the end. pgx's two runs go at once, the one through
+# lockpool on a copy of its database; the other suites run one target after
+# the other. A test listed in
 # integration/driversuites/known-differences.txt (suite, test, reason) may
 # differ without failing --check; docs/compatibility.md explains each.
 #
@@ -136,6 +138,9 @@ if [[ " ${suites[*]} " == *" pgx "* ]]; then
 	cp "$pgx_dir/testsetup/postgresql_setup.sql" "$work/pgx_setup.sql"
 	chmod 644 "$work/pgx_setup.sql"
 	psql_super -d pgx_test -f "$work/pgx_setup.sql" >/dev/null
+	# The run through lockpool uses a copy (pgx's tests make tables and
+	# types), so that both runs go at once.
+	psql_super -d postgres -c "CREATE DATABASE pgx_test_lockpool TEMPLATE pgx_test OWNER $user" >/dev/null
 fi
 
 lpport="$(free_port)"
@@ -198,13 +203,32 @@ for suite in "${suites[@]}"; do
 	libpq) db=pqgotest ;;
 	node) db=node_test ;;
 	esac
-	for target in direct lockpool; do
-		port=$pgport
+	# run_target runs the suite against one target: PostgreSQL directly
+	# (port pgport) or lockpool (lpport), in database db.
+	run_target() {
+		local target=$1 db=$2 port=$pgport
 		[[ $target == lockpool ]] && port=$lpport
-		say "$suite: running $target (port $port)"
+		say "$suite: running $target (port $port, database $db)"
 		"$work/driversuites" -suite "$suite" -dsn "postgres://$user:$password@127.0.0.1:$port/$db" \
 			-workdir "$work/$suite-$target" -srcdir "$work/$suite-src" -timeout 45s \
 			>"$work/$suite-$target.out" 2>"$work/$suite-$target.err" || true
+	}
+	if [[ $suite == pgx ]]; then
+		# pgx's tests mostly wait on the server: the two targets run at
+		# once, each on its own database, from one build.
+		"$work/driversuites" -suite pgx -build-only -dsn "postgres://$user:$password@127.0.0.1:$pgport/$db" \
+			-workdir "$work/pgx-build" -srcdir "$work/pgx-src" >/dev/null 2>"$work/pgx-build.err" || true
+		run_target direct "$db" &
+		direct_pid=$!
+		run_target lockpool pgx_test_lockpool &
+		wait "$direct_pid" $!
+	else
+		# One after the other: node-postgres's tests end every idle backend
+		# of the cluster, and lib/pq's have tight time limits.
+		run_target direct "$db"
+		run_target lockpool "$db"
+	fi
+	for target in direct lockpool; do
 		if ! grep -qE '^(PASS|FAIL|SKIP) ' "$work/$suite-$target.out"; then
 			say "$suite: $target ran no test; its output:"
 			tail -n 40 "$work/$suite-$target.err" >&2

@@ -86,6 +86,3 @@ func (s *Session) Secret() uint32 { return s.secret }
 // listening sockets to a successor: it is closed at the idle point after
 // its first statement.
 func (s *Session) DrainAfterTx() { s.drainAfterTx.Store(true) }
-
-// Application is the session's application.
-func (s *Session) Application() *appstate.App { return s.app }

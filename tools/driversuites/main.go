@@ -71,6 +71,7 @@ func main() {
 	nodeTests := flag.String("node-tests", "integration/driversuites/node-postgres/test", "node: the vendored test directory")
 	nodeModules := flag.String("node-modules", "integration/node/node_modules", "node: node_modules holding pg and the tests' dependencies")
 	timeout := flag.Duration("timeout", 90*time.Second, "node: time limit of one test file")
+	buildOnly := flag.Bool("build-only", false, "Go suites: copy the module to -srcdir and build its tests, run none (so that runs against two targets from that copy may start together)")
 	flag.Parse()
 
 	if *dsn == "" || *workdir == "" {
@@ -94,9 +95,9 @@ func main() {
 	var results []result
 	switch *suite {
 	case "libpq":
-		results, err = runGoSuite(goSuite{module: "github.com/lib/pq", version: or(*version, "v1.12.3"), env: target.libpqEnv()}, dir, *srcdir, *run)
+		results, err = runGoSuite(goSuite{module: "github.com/lib/pq", version: or(*version, "v1.12.3"), env: target.libpqEnv(), buildOnly: *buildOnly}, dir, *srcdir, *run)
 	case "pgx":
-		results, err = runGoSuite(goSuite{module: "github.com/jackc/pgx/v5", version: or(*version, "v5.12.0"), env: []string{"PGX_TEST_DATABASE=" + target.url()}}, dir, *srcdir, *run)
+		results, err = runGoSuite(goSuite{module: "github.com/jackc/pgx/v5", version: or(*version, "v5.12.0"), env: []string{"PGX_TEST_DATABASE=" + target.url()}, buildOnly: *buildOnly}, dir, *srcdir, *run)
 	case "node":
 		results, err = runNode(nodeSuite{tests: *nodeTests, modules: *nodeModules, timeout: *timeout, run: *run, env: target.libpqEnv()}, dir)
 	default:
@@ -104,6 +105,9 @@ func main() {
 	}
 	if err != nil {
 		fatalf("%s: %v", *suite, err)
+	}
+	if *buildOnly {
+		return
 	}
 	report(os.Stdout, *suite, results)
 }
