@@ -1,5 +1,5 @@
 // Package local answers the statements lockpool answers itself, in place
-// of the server: each is a kind, below the session core of package proxy,
+// of the server: each is a kind, below the session core (package session),
 // which runs them in the client's protocol.
 //
 // # What it owns
@@ -75,9 +75,10 @@
 // takes the queue at an idle point (IdleSender).
 //
 // # Invariants
-//   - The package does not import proxy: it sits below the session core.
+//   - The package imports neither proxy nor proxy/session: it sits below
+//     the session core.
 //   - What a Stmt or Portal keeps outlives the client message it came
 //     from: arguments and parameters are copied.
 //   - The metrics keep their names and labels; they are registered by the
-//     core (HoldMetrics.Collectors).
+//     core (HoldMetrics.Collectors, through package appstate).
 package local
