@@ -51,12 +51,12 @@ func (s *Server) logLongPins(now time.Time, over time.Duration, logged map[uint3
 	var found []longPin
 	s.mu.Lock()
 	for pid, ss := range s.sessions {
-		v := ss.View()
-		if !v.Link.Attached || v.Link.PinReason == "" || v.Link.PinnedSince.IsZero() {
+		l := ss.Link() // only the link: this runs for every session several times a second
+		if !l.Attached || l.PinReason == "" || l.PinnedSince.IsZero() {
 			continue
 		}
-		found = append(found, longPin{pid: pid, app: v.App.Name, user: v.User, database: v.Database, client: v.Remote,
-			reason: v.Link.PinReason, backendPID: v.Link.BackendPID, since: v.Link.PinnedSince})
+		found = append(found, longPin{pid: pid, app: ss.App().Name, user: ss.User(), database: ss.Database(), client: ss.Remote(),
+			reason: l.PinReason, backendPID: l.BackendPID, since: l.PinnedSince})
 	}
 	s.mu.Unlock()
 	current := make(map[uint32]time.Time, len(found))

@@ -9,15 +9,6 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 )
 
-// Type OIDs of the views' columns.
-const (
-	oidBool        = 16
-	oidInt8        = 20
-	oidText        = 25
-	oidFloat8      = 701
-	oidTimestamptz = 1184
-)
-
 // consoleFields returns the RowDescription of a view's row type: a column
 // per field, named by its json tag, typed by its Go type (strings and
 // lists text, integers int8, floats float8, bools bool, times
@@ -35,16 +26,16 @@ func consoleFields(t reflect.Type) ([]wire.Field, []int) {
 		if ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		oid, size := uint32(oidText), int16(-1)
+		oid, size := uint32(wire.OIDText), int16(-1)
 		switch {
 		case ft == reflect.TypeFor[time.Time]():
-			oid, size = oidTimestamptz, 8
+			oid, size = wire.OIDTimestamptz, 8
 		case ft.Kind() == reflect.Bool:
-			oid, size = oidBool, 1
+			oid, size = wire.OIDBool, 1
 		case ft.Kind() >= reflect.Int && ft.Kind() <= reflect.Uint64:
-			oid, size = oidInt8, 8
+			oid, size = wire.OIDInt8, 8
 		case ft.Kind() == reflect.Float64 || ft.Kind() == reflect.Float32:
-			oid, size = oidFloat8, 8
+			oid, size = wire.OIDFloat8, 8
 		}
 		fields = append(fields, wire.Field{Name: name, TypeOID: oid, TypeSize: size, TypeMod: -1})
 		index = append(index, i)

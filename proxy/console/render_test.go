@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/lockpool/lockpool/internal/wire"
 )
 
 // TestConsoleRender: a view's rows become a RowDescription named and typed
@@ -48,7 +50,7 @@ func TestConsoleRender(t *testing.T) {
 	wantCols := []struct {
 		name string
 		oid  uint32
-	}{{"name", oidText}, {"n", oidInt8}, {"pid", oidInt8}, {"rate", oidFloat8}, {"on", oidBool}, {"at", oidTimestamptz}, {"maybe", oidTimestamptz}, {"keys", oidText}}
+	}{{"name", wire.OIDText}, {"n", wire.OIDInt8}, {"pid", wire.OIDInt8}, {"rate", wire.OIDFloat8}, {"on", wire.OIDBool}, {"at", wire.OIDTimestamptz}, {"maybe", wire.OIDTimestamptz}, {"keys", wire.OIDText}}
 	if len(rd.Fields) != len(wantCols) {
 		t.Fatalf("%d columns, want %d", len(rd.Fields), len(wantCols))
 	}

@@ -52,15 +52,15 @@ type heldShape struct {
 func shapeOf(c *rewrite.AdvisoryCall) (heldShape, bool) {
 	void := c.Func == rewrite.AdvisoryLock || c.Func == rewrite.AdvisoryLockShared || c.Func == rewrite.AdvisoryUnlockAll
 	if void {
-		return heldShape{oid: oidVoid, size: 4, void: true}, c.Cast == ""
+		return heldShape{oid: wire.OIDVoid, size: 4, void: true}, c.Cast == ""
 	}
 	switch strings.TrimPrefix(c.Cast, "pg_catalog.") {
 	case "", "bool", "boolean":
-		return heldShape{oid: oidBool, size: 1}, true
+		return heldShape{oid: wire.OIDBool, size: 1}, true
 	case "int", "integer", "int4":
-		return heldShape{oid: oidInt4, size: 4}, true
+		return heldShape{oid: wire.OIDInt4, size: 4}, true
 	case "text":
-		return heldShape{oid: oidText, size: -1}, true
+		return heldShape{oid: wire.OIDText, size: -1}, true
 	}
 	return heldShape{}, false
 }
@@ -339,9 +339,9 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 		return wire.FinishMsg(buf, start)
 	case sh.void:
 		val = []byte{} // void: an empty value, in both formats
-	case sh.oid == oidBool:
+	case sh.oid == wire.OIDBool:
 		val = boolValue(bin, v)
-	case sh.oid == oidInt4:
+	case sh.oid == wire.OIDInt4:
 		n := uint32(0)
 		if v {
 			n = 1
@@ -351,7 +351,7 @@ func appendHeldRow(buf []byte, sh heldShape, v, null, bin bool) []byte {
 		} else {
 			val = strconv.AppendUint(nil, uint64(n), 10)
 		}
-	case sh.oid == oidText:
+	case sh.oid == wire.OIDText:
 		val = []byte(strconv.FormatBool(v))
 	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(val)))

@@ -53,11 +53,11 @@ func errLeaseWhole() *pgerr.Error {
 func leaseCols(c *rewrite.LeaseCall) []column {
 	switch c.Func {
 	case "lease_list":
-		return []column{{"name", oidText, -1}, {"holder", oidText, -1}, {"token", oidInt8, 8}, {"taken_at", oidTimestamptz, 8}, {"expires_at", oidTimestamptz, 8}, {"mine", oidBool, 1}}
+		return []column{{"name", wire.OIDText, -1}, {"holder", wire.OIDText, -1}, {"token", wire.OIDInt8, 8}, {"taken_at", wire.OIDTimestamptz, 8}, {"expires_at", wire.OIDTimestamptz, 8}, {"mine", wire.OIDBool, 1}}
 	case "lease_acquire":
-		return []column{{colName(c), oidInt8, 8}}
+		return []column{{colName(c), wire.OIDInt8, 8}}
 	}
-	return []column{{colName(c), oidBool, 1}}
+	return []column{{colName(c), wire.OIDBool, 1}}
 }
 
 func colName(c *rewrite.LeaseCall) string {
@@ -81,14 +81,14 @@ func leaseParamTypes(c *rewrite.LeaseCall) []uint32 {
 			continue
 		}
 		if i == 0 {
-			types[a.Param-1] = oidText
+			types[a.Param-1] = wire.OIDText
 		} else {
-			types[a.Param-1] = oidNumeric
+			types[a.Param-1] = wire.OIDNumeric
 		}
 	}
 	for i := range types {
 		if types[i] == 0 {
-			types[i] = oidText
+			types[i] = wire.OIDText
 		}
 	}
 	return types

@@ -522,7 +522,7 @@ func (st *channelsStmt) cols() []column {
 	if st.call.Alias != "" {
 		name = st.call.Alias
 	}
-	return []column{{name, oidText, -1}}
+	return []column{{name, wire.OIDText, -1}}
 }
 
 // Describe implements Stmt.

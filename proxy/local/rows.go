@@ -12,22 +12,6 @@ import (
 	"github.com/lockpool/lockpool/internal/wire"
 )
 
-// Type OIDs of the answered statements' parameters and results.
-const (
-	oidBool        = 16
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidUnknown     = 705
-	oidVoid        = 2278 // pg_advisory_lock's and pg_advisory_unlock_all's result
-	oidVarchar     = 1043
-	oidTimestamptz = 1184
-	oidNumeric     = 1700
-)
-
 // column is one result column of an answered statement.
 type column struct {
 	name string
@@ -137,29 +121,29 @@ func decodeParam(v []byte, format int16, oid uint32) (any, error) {
 		return string(v), nil
 	}
 	switch oid {
-	case oidText, oidVarchar, oidUnknown:
+	case wire.OIDText, wire.OIDVarchar, wire.OIDUnknown:
 		return string(v), nil
-	case oidInt2:
+	case wire.OIDInt2:
 		if len(v) == 2 {
 			return float64(int16(binary.BigEndian.Uint16(v))), nil
 		}
-	case oidInt4:
+	case wire.OIDInt4:
 		if len(v) == 4 {
 			return float64(int32(binary.BigEndian.Uint32(v))), nil
 		}
-	case oidInt8:
+	case wire.OIDInt8:
 		if len(v) == 8 {
 			return float64(int64(binary.BigEndian.Uint64(v))), nil
 		}
-	case oidFloat4:
+	case wire.OIDFloat4:
 		if len(v) == 4 {
 			return float64(math.Float32frombits(binary.BigEndian.Uint32(v))), nil
 		}
-	case oidFloat8:
+	case wire.OIDFloat8:
 		if len(v) == 8 {
 			return math.Float64frombits(binary.BigEndian.Uint64(v)), nil
 		}
-	case oidNumeric:
+	case wire.OIDNumeric:
 		return decodeNumeric(v)
 	}
 	return nil, fmt.Errorf("unsupported binary parameter of type %d", oid)

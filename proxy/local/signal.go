@@ -129,15 +129,15 @@ func signalArgType(a rewrite.Arg, i int) (uint32, bool) {
 	switch a.Cast {
 	case "":
 		if i == 0 {
-			return oidInt4, true
+			return wire.OIDInt4, true
 		}
-		return oidInt8, true
+		return wire.OIDInt8, true
 	case "int2", "smallint":
-		return oidInt2, true
+		return wire.OIDInt2, true
 	case "int", "int4", "integer":
-		return oidInt4, true
+		return wire.OIDInt4, true
 	case "int8", "bigint":
-		return oidInt8, i > 0
+		return wire.OIDInt8, i > 0
 	}
 	return 0, false
 }
@@ -168,9 +168,9 @@ func signalConstant(a rewrite.Arg, typ uint32) (int64, bool) {
 // intTypeName is PostgreSQL's name of an integer type.
 func intTypeName(typ uint32) string {
 	switch typ {
-	case oidInt2:
+	case wire.OIDInt2:
 		return "smallint"
-	case oidInt8:
+	case wire.OIDInt8:
 		return "bigint"
 	}
 	return "integer"
@@ -179,9 +179,9 @@ func intTypeName(typ uint32) string {
 // fitsType reports whether v is in the range of integer type typ.
 func fitsType(v int64, typ uint32) bool {
 	switch typ {
-	case oidInt2:
+	case wire.OIDInt2:
 		return v >= math.MinInt16 && v <= math.MaxInt16
-	case oidInt4:
+	case wire.OIDInt4:
 		return v >= math.MinInt32 && v <= math.MaxInt32
 	}
 	return true
@@ -233,7 +233,7 @@ func (signalling) Prepare(_ Session, f *rewrite.Findings, _ string, rest []byte)
 	st.types = make([]uint32, n)
 	for i := range st.types {
 		st.types[i] = inferred[i]
-		if i < len(declared) && declared[i] != 0 && declared[i] != oidUnknown {
+		if i < len(declared) && declared[i] != 0 && declared[i] != wire.OIDUnknown {
 			st.types[i] = declared[i]
 		}
 		if st.types[i] == 0 {
@@ -247,8 +247,8 @@ func (signalling) Prepare(_ Session, f *rewrite.Findings, _ string, rest []byte)
 			continue
 		}
 		switch typ := st.types[a.Param-1]; {
-		case a.Cast == "" && (typ == oidInt2 || typ == oidInt4 || typ == oidInt8 && i > 0):
-		case a.Cast != "" && (typ == oidInt2 || typ == oidInt4 || typ == oidInt8 || typ == oidText || typ == oidVarchar):
+		case a.Cast == "" && (typ == wire.OIDInt2 || typ == wire.OIDInt4 || typ == wire.OIDInt8 && i > 0):
+		case a.Cast != "" && (typ == wire.OIDInt2 || typ == wire.OIDInt4 || typ == wire.OIDInt8 || typ == wire.OIDText || typ == wire.OIDVarchar):
 		case a.Cast == "":
 			return nil, errNoSignalFunction(c, st.types)
 		default:
@@ -277,21 +277,21 @@ func errNoSignalFunction(c *rewrite.SignalCall, types []uint32) *pgerr.Error {
 // typeName is PostgreSQL's name of a type lockpool knows.
 func typeName(oid uint32) string {
 	switch oid {
-	case oidBool:
+	case wire.OIDBool:
 		return "boolean"
-	case oidInt2, oidInt4, oidInt8:
+	case wire.OIDInt2, wire.OIDInt4, wire.OIDInt8:
 		return intTypeName(oid)
-	case oidText:
+	case wire.OIDText:
 		return "text"
-	case oidFloat4:
+	case wire.OIDFloat4:
 		return "real"
-	case oidFloat8:
+	case wire.OIDFloat8:
 		return "double precision"
-	case oidVarchar:
+	case wire.OIDVarchar:
 		return "character varying"
-	case oidNumeric:
+	case wire.OIDNumeric:
 		return "numeric"
-	case oidTimestamptz:
+	case wire.OIDTimestamptz:
 		return "timestamp with time zone"
 	}
 	return "unknown"
@@ -308,7 +308,7 @@ type signalStmt struct {
 func (st *signalStmt) ParamTypes() []uint32 { return append([]uint32(nil), st.types...) }
 
 func (st *signalStmt) cols() []column {
-	return []column{{signalColName(st.call), oidBool, 1}}
+	return []column{{signalColName(st.call), wire.OIDBool, 1}}
 }
 
 // Describe implements Stmt.
@@ -359,20 +359,20 @@ func decodeIntParam(raw []byte, format int16, ptyp, typ uint32, n int) (int64, *
 	switch {
 	case format == 0:
 		from := ptyp
-		if from == oidText || from == oidVarchar {
+		if from == wire.OIDText || from == wire.OIDVarchar {
 			from = typ // text cast to an integer type
 		}
 		var pe *pgerr.Error
 		if v, pe = parseIntText(string(raw), from); pe != nil {
 			return 0, pe
 		}
-	case ptyp == oidInt2 && len(raw) == 2:
+	case ptyp == wire.OIDInt2 && len(raw) == 2:
 		v = int64(int16(binary.BigEndian.Uint16(raw)))
-	case ptyp == oidInt4 && len(raw) == 4:
+	case ptyp == wire.OIDInt4 && len(raw) == 4:
 		v = int64(int32(binary.BigEndian.Uint32(raw)))
-	case ptyp == oidInt8 && len(raw) == 8:
+	case ptyp == wire.OIDInt8 && len(raw) == 8:
 		v = int64(binary.BigEndian.Uint64(raw))
-	case ptyp == oidText || ptyp == oidVarchar:
+	case ptyp == wire.OIDText || ptyp == wire.OIDVarchar:
 		var pe *pgerr.Error
 		if v, pe = parseIntText(string(raw), typ); pe != nil {
 			return 0, pe
@@ -392,11 +392,11 @@ func decodeIntParam(raw []byte, format int16, ptyp, typ uint32, n int) (int64, *
 // another type).
 func intSize(typ uint32) int {
 	switch typ {
-	case oidInt2:
+	case wire.OIDInt2:
 		return 2
-	case oidInt4:
+	case wire.OIDInt4:
 		return 4
-	case oidInt8:
+	case wire.OIDInt8:
 		return 8
 	}
 	return 0

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/lockpool/lockpool/internal/wire"
 	"github.com/lockpool/lockpool/rewrite"
 )
 
@@ -59,20 +60,20 @@ func TestDecodeIntParam(t *testing.T) {
 		want      int64
 		code      string
 	}{
-		{"text int4", []byte(" 4194305 "), 0, oidInt4, oidInt4, 4194305, ""},
-		{"text plus", []byte("+12"), 0, oidInt4, oidInt4, 12, ""},
-		{"text bad", []byte("12x"), 0, oidInt4, oidInt4, 0, "22P02"},
-		{"text double sign", []byte("--1"), 0, oidInt4, oidInt4, 0, "22P02"},
-		{"text out of range", []byte("5000000000"), 0, oidInt4, oidInt4, 0, "22003"},
-		{"text bigint", []byte("5000000000"), 0, oidInt8, oidInt8, 5000000000, ""},
-		{"text declared, cast to int", []byte("77"), 0, oidText, oidInt4, 77, ""},
-		{"binary int4", i4, 1, oidInt4, oidInt4, 4194305, ""},
-		{"binary int2", []byte{0, 7}, 1, oidInt2, oidInt4, 7, ""},
-		{"binary int8 as timeout", i8, 1, oidInt8, oidInt8, 1 << 40, ""},
-		{"binary int8 cast to int, too large", i8, 1, oidInt8, oidInt4, 0, "22003"},
-		{"binary too short", i4, 1, oidInt8, oidInt8, 0, "08P01"},
-		{"binary too long", i8, 1, oidInt4, oidInt4, 0, "22P03"},
-		{"binary text", []byte("9"), 1, oidText, oidInt4, 9, ""},
+		{"text int4", []byte(" 4194305 "), 0, wire.OIDInt4, wire.OIDInt4, 4194305, ""},
+		{"text plus", []byte("+12"), 0, wire.OIDInt4, wire.OIDInt4, 12, ""},
+		{"text bad", []byte("12x"), 0, wire.OIDInt4, wire.OIDInt4, 0, "22P02"},
+		{"text double sign", []byte("--1"), 0, wire.OIDInt4, wire.OIDInt4, 0, "22P02"},
+		{"text out of range", []byte("5000000000"), 0, wire.OIDInt4, wire.OIDInt4, 0, "22003"},
+		{"text bigint", []byte("5000000000"), 0, wire.OIDInt8, wire.OIDInt8, 5000000000, ""},
+		{"text declared, cast to int", []byte("77"), 0, wire.OIDText, wire.OIDInt4, 77, ""},
+		{"binary int4", i4, 1, wire.OIDInt4, wire.OIDInt4, 4194305, ""},
+		{"binary int2", []byte{0, 7}, 1, wire.OIDInt2, wire.OIDInt4, 7, ""},
+		{"binary int8 as timeout", i8, 1, wire.OIDInt8, wire.OIDInt8, 1 << 40, ""},
+		{"binary int8 cast to int, too large", i8, 1, wire.OIDInt8, wire.OIDInt4, 0, "22003"},
+		{"binary too short", i4, 1, wire.OIDInt8, wire.OIDInt8, 0, "08P01"},
+		{"binary too long", i8, 1, wire.OIDInt4, wire.OIDInt4, 0, "22P03"},
+		{"binary text", []byte("9"), 1, wire.OIDText, wire.OIDInt4, 9, ""},
 	} {
 		v, pe := decodeIntParam(tc.raw, tc.format, tc.ptyp, tc.typ, 1)
 		switch {

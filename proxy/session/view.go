@@ -47,6 +47,10 @@ func (l *serverLink) adminView() LinkView {
 	return v
 }
 
+// Link returns the session's server link as the views show it, read under
+// the link's lock. Any goroutine may call it.
+func (s *Session) Link() LinkView { return s.link.adminView() }
+
 // View returns the session as the views show it: its fields fixed at
 // login, and its link read under the link's lock. Any goroutine may call it.
 func (s *Session) View() ClientView {
