@@ -308,7 +308,7 @@ func TestEmptySections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Server{Host: "127.0.0.1", Port: 5432, MaxConnections: 20, IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, DialConcurrency: 4, TLS: "prefer"}
+	want := Server{Host: "127.0.0.1", Port: 5432, MaxConnections: 20, IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second, DialConcurrency: 4, TLS: "prefer", HealthCheckInterval: time.Second, TCPUserTimeout: 15 * time.Second}
 	if c.Server != want || c.Leases != (Leases{Schema: "lockpool", MaxConnections: 2}) {
 		t.Errorf("Server = %+v, Leases = %+v", c.Server, c.Leases)
 	}

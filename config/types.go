@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -60,7 +62,58 @@ type Server struct {
 	DialConcurrency int           // dial_concurrency: dials at once (read at start)
 	TLS             string        // tls: disable | prefer | require | verify-full
 	CAFile          string        // ca_file: CA bundle for tls verify-full
+	// HostList is hosts as written: host:port entries, comma-separated
+	// ("" when not written); Hosts reads it.
+	HostList            string
+	HealthCheckInterval time.Duration // health_check_interval: each host's role and replay lag are checked this often
+	TCPUserTimeout      time.Duration // tcp_user_timeout: unacknowledged data (or unanswered keepalives) for this long ends a server connection (0: the OS default)
 }
+
+// HostAddr is one PostgreSQL host: a name or address (or a Unix socket
+// directory starting with /) and a port.
+type HostAddr struct {
+	Host string
+	Port int
+}
+
+// String is host:port (a socket directory as dir:port).
+func (h HostAddr) String() string {
+	if strings.HasPrefix(h.Host, "/") {
+		return h.Host + ":" + strconv.Itoa(h.Port)
+	}
+	return net.JoinHostPort(h.Host, strconv.Itoa(h.Port))
+}
+
+// Hosts are the PostgreSQL hosts lockpool follows: hosts when written
+// (checked by validation), else the one of host and port.
+func (s Server) Hosts() []HostAddr {
+	if s.HostList == "" {
+		return []HostAddr{{Host: s.Host, Port: s.Port}}
+	}
+	var out []HostAddr
+	for _, f := range strings.Split(s.HostList, ",") {
+		if h, bad := parseHostAddr(strings.TrimSpace(f), s.Port); bad == "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// At returns s with Host and Port set to h: the server settings for a
+// connection to that host.
+func (s Server) At(h HostAddr) Server {
+	s.Host, s.Port = h.Host, h.Port
+	return s
+}
+
+// Targets of applications[].target: which hosts an application's server
+// connections go to.
+const (
+	TargetPrimary       = "primary"        // the one host not in recovery
+	TargetStandby       = "standby"        // standbys within max_lag only
+	TargetPreferStandby = "prefer-standby" // standbys within max_lag, else the primary
+	TargetAny           = "any"            // the primary and standbys within max_lag
+)
 
 // User is a login role: clients authenticate against Password and the proxy
 // logs in to the server with the same name and password.
@@ -85,6 +138,8 @@ type Application struct {
 	MaxClients            int           // max_clients: logged-in clients of this application (0 = no limit)
 	BudgetScope           string        // budget_scope: instance | cluster
 	MinShare              int           // min_share: connections each live instance keeps (budget_scope cluster)
+	Target                string        // target: primary | standby | prefer-standby | any
+	MaxLag                time.Duration // max_lag: a standby whose replay lags more is not used
 }
 
 // ClusterScoped reports whether the application's budgets are shared by

@@ -38,6 +38,7 @@ func (p *parser) validate(c *Config) {
 		p.errorf(srv.lineOf("ca_file"), "server.ca_file is only used with server.tls verify-full or require (got %s)", p.quote(srv, "tls", c.Server.TLS))
 	}
 
+	p.validateHosts(c)
 	p.validateCluster(c)
 
 	if c.AuthQuery != nil && c.AuthQuery.User == "" {
