@@ -849,8 +849,8 @@ func TestConnectionLost(t *testing.T) {
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Fatalf("told after %v, want within 500ms", took)
 	}
-	if _, err := a.Lock(context.Background(), OneKey(902), Exclusive, true, Limits{}); code(err) != pgerr.ConnectionFailure {
-		t.Fatalf("next call = %v, want 08006", err)
+	if _, err := a.Lock(context.Background(), OneKey(902), Exclusive, true, Limits{}); code(err) != pgerr.AdminShutdown {
+		t.Fatalf("next call = %v, want 57P01 (locks lost)", err)
 	}
 	// Others go on with a new lock connection.
 	b := m.NewSession(appDB, nil)

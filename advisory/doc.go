@@ -54,7 +54,7 @@
 //     flag), and each connection runs one statement at a time (its mutex).
 //   - When a lock connection dies, every session that held a key on it is
 //     told once (the lost callback of NewSession) and loses those holds; its
-//     later calls fail with 08006. lockpool's proxy closes such a client, so
+//     later calls fail with FATAL 57P01 (pgerr.LocksLost). lockpool's proxy closes such a client, so
 //     it never believes it still holds a lock PostgreSQL has released. The
 //     loss is reported (and the table purged) before a replacement
 //     connection is dialled, by whichever operation or check finds the

@@ -122,9 +122,10 @@ func (m *Manager) db(name string) (*database, error) {
 }
 
 // NewSession returns the lock state of one client session of database.
-// lost is called (once, from another goroutine) when a lock connection
-// holding one of the session's locks dies: PostgreSQL released the lock,
-// and the client must be told and closed.
+// lost is called once when a lock connection holding one of the
+// session's locks dies, before a replacement connection is dialled:
+// PostgreSQL released the lock, and the client must be told and closed.
+// It runs on whichever goroutine found the loss and must not block.
 func (m *Manager) NewSession(database string, lost func()) *Session {
 	m.mu.Lock()
 	m.nextID++

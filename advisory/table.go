@@ -446,9 +446,13 @@ func (d *database) connLost(slot int, gen uint64) {
 	if len(told) > 0 {
 		d.m.log.Warn("advisory: a lock connection was lost; its holders are told", "database", d.name, "sessions", len(told))
 	}
+	// Told before this returns, so before a replacement connection can
+	// be dialled: no holder is left believing it holds a lock that
+	// another client can take on the new connection (onLost must not
+	// block; lockpool's marks the session killed and posts its FATAL).
 	for _, s := range told {
 		if s.onLost != nil {
-			go s.onLost()
+			s.onLost()
 		}
 	}
 }
@@ -514,7 +518,7 @@ func errDeadlock(k Key, mode Mode) *pgerr.Error {
 }
 
 func errLost() *pgerr.Error {
-	return pgerr.ConnectionLost(true).Fatal()
+	return pgerr.LocksLost()
 }
 
 func errClosed() *pgerr.Error { return pgerr.Shutdown() }

@@ -187,7 +187,7 @@ var keys = []key{
 	{path: "server.hosts", restart: true, kind: kindNames, shown: "—",
 		meaning: "several PostgreSQL hosts, a YAML list of `host:port` (a primary and its standbys, in any order); lockpool checks each one's role and follows the primary (see [failover](failover.md)); instead of `host` and `port`",
 		at:      func(s any) any { return &s.(*Server).HostList }},
-	{path: "server.health_check_interval", kind: kindDuration, def: "1s", check: positive,
+	{path: "server.health_check_interval", restart: true, kind: kindDuration, def: "1s", check: positive,
 		meaning: "how often each host's role (`pg_is_in_recovery()`) and replay lag are checked, on a connection of lockpool's own",
 		at:      func(s any) any { return &s.(*Server).HealthCheckInterval }},
 	{path: "server.tcp_user_timeout", restart: true, kind: kindDuration, def: "15s", check: nonNegative,

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -327,7 +328,7 @@ func TestHoldTransactionBackendGone(t *testing.T) {
 				t.Fatalf("backend %d not terminated", pid)
 			}
 			// The server's own FATAL (57P01) when the call's Describe
-			// went to the terminated backend, else lockpool's 08006.
+			// went to the terminated backend, else lockpool's 57P01 (locks lost) or 08006.
 			_, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) || pe.Severity != "FATAL" || pe.Code != "08006" && pe.Code != "57P01" {
@@ -516,8 +517,8 @@ func TestHoldLockConnectionTerminated(t *testing.T) {
 		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
-			if pe.Code != "08006" || pe.Severity != "FATAL" {
-				t.Fatalf("client %d: %v, want FATAL 08006", i, err)
+			if pe.Code != "57P01" || pe.Severity != "FATAL" || !strings.Contains(pe.Message, "advisory locks were lost") {
+				t.Fatalf("client %d: %v, want FATAL 57P01 (advisory locks were lost)", i, err)
 			}
 		} else if err == nil {
 			t.Fatalf("client %d: statements still succeed 500ms after its lock connection died", i)

@@ -90,7 +90,7 @@ func (c *lkhClient) connect() error {
 
 // lostLock reports an error that ends a lockpool client's session because
 // a lock connection died: lockpool closes a client whose lock was on it
-// with 08006, and one whose operation ran into the dead connection before
+// with 57P01 (its locks were lost), or 08006, and one whose operation ran into the dead connection before
 // lockpool noticed. It is accepted only when a termination began during
 // the session or within the grace period before it (lockpool notices a
 // dead connection at its next use or check).
@@ -98,7 +98,7 @@ func (c *lkhClient) lostLock(err error) bool {
 	if c.direct || !c.killer.killedSince(c.since.Add(-lkhGrace)) {
 		return false
 	}
-	return sqlState(err) == "08006" || c.conn.IsClosed()
+	return sqlState(err) == "57P01" || sqlState(err) == "08006" || c.conn.IsClosed()
 }
 
 // failedAt is when the hold of a lock call that failed with err ends: now,

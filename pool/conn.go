@@ -4,9 +4,11 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/wire"
 )
 
@@ -57,6 +59,11 @@ type Conn struct {
 	// early holds what a dial read past the login's ReadyForQuery; the
 	// Reader returns it first.
 	early []byte
+
+	ep      hosts.Endpoint // the host it was dialed to (Options.Hosts; route.go)
+	retired atomic.Bool    // ended by Revalidate: its host was replaced
+	kill    *killSwitch    // shuts the socket down from another goroutine (nil: not a socket of ours)
+	gone    bool           // closeSocket ran
 }
 
 type connState uint8
@@ -85,6 +92,14 @@ var terminateMsg = []byte{'X', 0, 0, 0, 4}
 // closeSocket closes the socket. graceful sends Terminate first (only at a
 // safe point: the server is waiting for a new message).
 func (c *Conn) closeSocket(graceful bool) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	c.kill.close()
+	if c.ep.Host != nil {
+		c.ep.Closed()
+	}
 	if c.Net == nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/evloop"
 )
 
@@ -44,13 +45,17 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 		cfg.TLSConfig = nil
 		cfg.Fallbacks = nil
 	}
-	// The socket is wrapped below TLS, so that an event loop can adopt it.
-	dial := cfg.DialFunc
+	// The socket is wrapped below TLS, so that an event loop can adopt it;
+	// keepalives and tcp_user_timeout bound a partition (hosts.Dialer).
+	dialer := hosts.Dialer(srv.TCPUserTimeout)
+	var kill *killSwitch
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		nc, err := dial(ctx, network, addr)
+		nc, err := dialer.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
+		kill.close() // an earlier attempt's (pgconn tries every address)
+		kill = newKillSwitch(nc)
 		return evloop.Wrap(nc), nil
 	}
 	cfg.RuntimeParams = map[string]string{}
@@ -61,6 +66,7 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 	}
 	pc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
+		kill.close()
 		return nil, err
 	}
 	// pgconn may have a background reader running after login (it starts
@@ -68,11 +74,13 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 	// server's first reply to lockpool.
 	if err := pc.SyncConn(ctx); err != nil {
 		_ = pc.Close(context.Background())
+		kill.close()
 		return nil, err
 	}
 	hj, err := pc.Hijack()
 	if err != nil {
 		_ = pc.Close(context.Background())
+		kill.close()
 		return nil, err
 	}
 	return &Conn{
@@ -80,6 +88,7 @@ func pgDial(ctx context.Context, srv config.Server, app AppConfig, database stri
 		PID:           hj.PID,
 		SecretKey:     hj.SecretKey,
 		StartupParams: hj.ParameterStatuses,
+		kill:          kill,
 	}, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/evloop"
 )
 
@@ -42,17 +43,18 @@ func scramDial(ctx context.Context, srv config.Server, app AppConfig, database s
 		defer cancel()
 	}
 	network, addr := serverNetwork(srv)
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, network, addr)
+	nc, err := hosts.Dialer(srv.TCPUserTimeout).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("pool: dial %s: %w", addr, err)
 	}
+	kill := newKillSwitch(nc)
 	// Wrapped below TLS, so that an event loop can adopt the socket.
 	nc = evloop.Wrap(nc)
 	ok := false
 	defer func() {
 		if !ok {
 			_ = nc.Close()
+			kill.close()
 		}
 	}()
 	if dl, has := ctx.Deadline(); has {
@@ -80,7 +82,7 @@ func scramDial(ctx context.Context, srv config.Server, app AppConfig, database s
 	}
 	br := bufio.NewReaderSize(nc, 16<<10)
 	fe := pgproto3.NewFrontend(br, nc)
-	conn := &Conn{Net: nc, StartupParams: map[string]string{}}
+	conn := &Conn{Net: nc, StartupParams: map[string]string{}, kill: kill}
 	var sc *scramClient
 	for {
 		msg, err := fe.Receive()

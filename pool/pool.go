@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/wire"
 )
@@ -41,6 +42,7 @@ type AppConfig struct {
 	MaxConnections int
 	MaxPinned      int
 	WaitTimeout    time.Duration // <= 0: wait only as long as the context allows
+	Target         hosts.Target  // where its connections go (with Options.Hosts)
 }
 
 // Options configure a Manager.
@@ -54,6 +56,9 @@ type Options struct {
 	// available); Reader, App, Database and User are filled in when
 	// left empty.
 	Dial func(ctx context.Context, app AppConfig, database string) (*Conn, error)
+	// Hosts, when set, chooses the host of every dial and says which
+	// connections may still be used (route.go); nil dials Server's host.
+	Hosts *hosts.Monitor
 
 	// unexported knobs for tests
 	now             func() time.Time
@@ -101,6 +106,8 @@ type Manager struct {
 	gate   atomic.Pointer[func(app string) (time.Time, error)]                     // DialGate's hook (limit.go)
 
 	dial    func(ctx context.Context, srv config.Server, app AppConfig, database string) (*Conn, error)
+	hosts   *hosts.Monitor     // nil: one host (route.go)
+	live    map[*Conn]struct{} // with hosts: every dialed conn until its socket is closed
 	reach   reachability
 	loss    lossLog // server connections lost, logged per burst (loss.go)
 	log     *slog.Logger
@@ -118,7 +125,8 @@ type Manager struct {
 type appPool struct {
 	name    string
 	cfg     AppConfig
-	gen     uint64 // bumped when the login (user/password) changes
+	target  atomic.Pointer[hosts.Target] // cfg.Target, for reads without the lock (route.go)
+	gen     uint64                       // bumped when the login (user/password) changes
 	removed bool
 
 	open     int // idle + inUse + dialing + checking + closing
@@ -228,6 +236,8 @@ func New(opts Options) (*Manager, error) {
 		janitorDone: make(chan struct{}),
 		dialSem:     make(chan struct{}, max(opts.Server.DialConcurrency, 1)),
 		bufs:        wire.NewBufferPool(readerSize),
+		hosts:       opts.Hosts,
+		live:        map[*Conn]struct{}{},
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -297,6 +307,7 @@ func (m *Manager) addAppLocked(cfg AppConfig) *appPool {
 		cfg:  cfg,
 		idle: make(map[string]*idleStack),
 	}
+	a.target.Store(&cfg.Target)
 	if m.metrics != nil {
 		a.am = m.metrics.forApp(cfg.Name)
 	}
@@ -452,6 +463,10 @@ func (m *Manager) AcquireIdle(app, database string, lv Liveness) *Conn {
 	a.inUse++
 	a.immediate++
 	m.mu.Unlock()
+	if !m.usable(c) {
+		m.Destroy(c)
+		return nil
+	}
 	if !c.aliveAfterIdle(lv, m.now) {
 		m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 		c.Gone = goneReason(c) // Destroy counts it (ServerLost)
@@ -607,6 +622,10 @@ func (m *Manager) giveBack(a *appPool, g grant) {
 func (m *Manager) useGrant(ctx context.Context, a *appPool, database string, g grant) (c *Conn, retry bool, err error) {
 	if g.c != nil {
 		c = g.c
+		if !m.usable(c) {
+			m.Destroy(c) // its host was replaced since it went idle
+			return nil, true, nil
+		}
 		if !c.aliveAfterIdle(nil, m.now) {
 			m.log.Debug("pool: discarding dead idle server connection", "app", a.name, "database", c.Database, "pid", c.PID)
 			c.Gone = goneReason(c) // Destroy counts it (ServerLost)
@@ -657,6 +676,7 @@ func (m *Manager) tryServeLocked(a *appPool, database string) (grant, bool) {
 		}
 		v := a.popOldestIdle()
 		v.state = stateClosed
+		delete(m.live, v)
 		a.dialing++ // slot transferred: open counts unchanged
 		return grant{dial: true, victim: v}, true
 	default:
@@ -683,19 +703,29 @@ func (m *Manager) tryServeLocked(a *appPool, database string) (grant, bool) {
 // (too many connections) or 57P03 (starting up) until the application's
 // wait_timeout has passed since the first attempt: a burst of clients, or
 // PostgreSQL restarting, costs the waiting client time, not an error.
-func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppConfig, database string) (*Conn, error) {
+func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppConfig, database string) (*Conn, hosts.Endpoint, error) {
 	deadline := m.now().Add(cfg.WaitTimeout)
 	backoff := 50 * time.Millisecond
 	for {
+		at, ep, err := m.routeDial(ctx, srv, cfg, deadline) // route.go
+		if err != nil {
+			return nil, ep, err
+		}
 		select {
 		case m.dialSem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, ep, ctx.Err()
 		}
-		c, err := m.gatedDial(ctx, srv, cfg, database) // limit.go
+		c, err := m.gatedDial(ctx, at, cfg, database) // limit.go
 		<-m.dialSem
+		if err == nil && ep.Host != nil {
+			if err = m.checkRole(c, ep, cfg.Target); err != nil {
+				c.closeSocket(false)
+				c = nil
+			}
+		}
 		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
-			return c, err
+			return c, ep, err
 		}
 		m.log.Debug("pool: server connection failed; retrying", "app", cfg.Name, "database", database, "in", backoff, "err", err)
 		t := time.NewTimer(backoff)
@@ -703,7 +733,7 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return nil, ep, ctx.Err()
 		}
 		backoff = min(2*backoff, time.Second)
 	}
@@ -713,6 +743,9 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 // PostgreSQL's refusals (a wrong password, an unknown database) are final,
 // except 53300 and 57P03.
 func retryableDial(err error) bool {
+	if finalDial(err) {
+		return false
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code == "53300" || pe.Code == "57P03"
@@ -726,7 +759,7 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	cfg, srv, gen, srvGen := a.cfg, m.server, a.gen, m.srvGen
 	m.mu.Unlock()
 
-	c, err := m.dialRetrying(ctx, srv, cfg, database)
+	c, ep, err := m.dialRetrying(ctx, srv, cfg, database)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}
@@ -769,6 +802,10 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	c.pool = a
 	c.created = m.now()
 	c.gen, c.srvGen, c.srv = gen, srvGen, srv
+	if ep.Host != nil {
+		c.ep, c.srv = ep, srv.At(ep.Addr())
+		ep.Opened()
+	}
 
 	m.mu.Lock()
 	a.dialing--
@@ -781,6 +818,9 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	}
 	c.state = stateInUse
 	a.inUse++
+	if m.hosts != nil {
+		m.live[c] = struct{}{}
+	}
 	if srvGen == m.srvGen {
 		k := paramsKey{database, c.User}
 		if _, ok := m.params[k]; !ok {
@@ -982,7 +1022,7 @@ func (m *Manager) Release(c *Conn) {
 func (m *Manager) putBackLocked(c *Conn, keepIdleSince bool) []*Conn {
 	a := c.pool
 	now := m.now()
-	if c.Broken || m.closed || a.removed || c.gen != a.gen || c.srvGen != m.srvGen ||
+	if c.Broken || m.closed || a.removed || c.gen != a.gen || c.srvGen != m.srvGen || !m.usable(c) ||
 		a.open > a.cfg.MaxConnections || m.open > m.server.MaxConnections ||
 		(m.server.MaxLifetime > 0 && now.Sub(c.created) >= m.server.MaxLifetime) {
 		c.state = stateClosing
@@ -1009,6 +1049,7 @@ func (m *Manager) putBackLocked(c *Conn, keepIdleSince bool) []*Conn {
 		} else {
 			// The first waiter wants another database: our slot is its slot.
 			c.state = stateClosed
+			delete(m.live, c)
 			a.dialing++
 			m.grantLocked(w, grant{dial: true, victim: c})
 		}
@@ -1053,6 +1094,7 @@ func (m *Manager) finishClose(conns []*Conn, graceful bool) {
 	m.mu.Lock()
 	for _, c := range conns {
 		a := c.pool
+		delete(m.live, c)
 		c.state = stateClosed
 		a.closing--
 		a.open--
@@ -1361,6 +1403,7 @@ func (m *Manager) Reconfigure(server config.Server, apps []AppConfig) {
 			toClose = append(toClose, m.closeIdleLocked(a)...)
 		}
 		a.cfg = cfg
+		a.target.Store(&cfg.Target)
 		m.applyLimitLocked(a, true)
 		a.removed = false
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 )
 
 // authLookup finds verifiers of users not listed under users through
@@ -29,7 +30,7 @@ type authEntry struct {
 
 // lookup returns the credential of user from auth_query, or nil when the
 // user does not exist or has no SCRAM verifier.
-func (a *authLookup) lookup(ctx context.Context, cfg *config.Config, user string) (*auth.Credential, error) {
+func (a *authLookup) lookup(ctx context.Context, cfg *config.Config, mon *hosts.Monitor, user string) (*auth.Credential, error) {
 	aq := cfg.AuthQuery
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -48,6 +49,7 @@ func (a *authLookup) lookup(ctx context.Context, cfg *config.Config, user string
 		pc.Database = aq.Database
 		pc.ConnectTimeout = cfg.Server.ConnectTimeout
 		pc.RuntimeParams = map[string]string{"application_name": "lockpool-auth"}
+		routeOwn(pc, mon, cfg.Server)
 		c, err := pgconn.ConnectConfig(ctx, pc)
 		if err != nil {
 			return nil, fmt.Errorf("auth_query login: %w", err)

@@ -28,22 +28,7 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	if len(cfg.Applications) == 0 {
 		return nil, context.Canceled
 	}
-	// lockpool's own login: the first application user with a plaintext
-	// password, else the auth_query role.
-	user, pw, db := cfg.Applications[0].User, "", cfg.Applications[0].Database
-	found := false
-	for _, a := range cfg.Applications {
-		if u, ok := cfg.UserByName(a.User); ok && u.Password != "" && !strings.HasPrefix(u.Password, "SCRAM-SHA-256$") {
-			user, pw, db, found = a.User, u.Password, a.Database, true
-			break
-		}
-	}
-	if !found && cfg.AuthQuery != nil {
-		user, pw, db = cfg.AuthQuery.User, cfg.AuthQuery.Password, cfg.AuthQuery.Database
-	}
-	if db == "" {
-		db = user
-	}
+	user, pw, db := ownLogin(cfg)
 	pc, err := pgconn.ParseConfig(serverTLSConnString(cfg))
 	if err != nil {
 		return nil, err
@@ -55,6 +40,7 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	pc.Database = db
 	pc.ConnectTimeout = time.Second
 	pc.RuntimeParams = map[string]string{"application_name": "lockpool-admin"}
+	routeOwn(pc, s.hosts, cfg.Server)
 	c, err := pgconn.ConnectConfig(ctx, pc)
 	if ctx.Err() == nil {
 		s.pool.ServerReached("lockpool", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/proxy/local"
 )
@@ -62,14 +63,14 @@ func (l leaseSessionAdapter) List(ctx context.Context) ([]LeaseRow, error) {
 // newLeaseStore builds the lease store lockpool serves lease_* from. Its
 // connections log in as the first application user configured for the
 // database (or any database).
-func newLeaseStore(cfg *config.Config, current func() *config.Config, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
+func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
 	st, err := lease.New(lease.Options{
 		Schema:         cfg.Leases.Schema,
 		MaxConnections: cfg.Leases.MaxConnections,
 		InstanceID:     cfg.InstanceID,
 		Logger:         log,
 		Registerer:     reg,
-		ConnConfig:     ownConnConfig(cfg, current),
+		ConnConfig:     ownConnConfig(cfg, current, mon),
 	})
 	if err != nil {
 		return nil, err
@@ -84,7 +85,9 @@ func newLeaseStore(cfg *config.Config, current func() *config.Config, log *slog.
 // does not apply); the user, its password and connect_timeout are those
 // of the configuration in force, current(), so that a reload that changes
 // a password reaches these connections too.
-func ownConnConfig(started *config.Config, current func() *config.Config) func(database string) (*pgx.ConnConfig, error) {
+//
+// With server.hosts they go to the primary the monitor follows (routeOwn).
+func ownConnConfig(started *config.Config, current func() *config.Config, mon *hosts.Monitor) func(database string) (*pgx.ConnConfig, error) {
 	return func(database string) (*pgx.ConnConfig, error) {
 		cfg := current()
 		var app *config.Application
@@ -112,17 +115,18 @@ func ownConnConfig(started *config.Config, current func() *config.Config) func(d
 		}
 		pc.Database = database
 		pc.ConnectTimeout = cfg.Server.ConnectTimeout
+		routeOwn(&pc.Config, mon, started.Server)
 		return pc, nil
 	}
 }
 
 // newLockManager builds the holder of advisory_locks: hold. Its lock
 // connections log in as lockpool's lease connections do (ownConnConfig).
-func newLockManager(cfg *config.Config, current func() *config.Config, log *slog.Logger) (*advisory.Manager, error) {
+func newLockManager(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, log *slog.Logger) (*advisory.Manager, error) {
 	return advisory.New(advisory.Options{
 		MaxConnections: cfg.Locks.MaxConnections,
 		MaxWaiters:     cfg.Locks.MaxWaiters,
-		ConnConfig:     ownConnConfig(cfg, current),
+		ConnConfig:     ownConnConfig(cfg, current, mon),
 		Logger:         log,
 	})
 }

@@ -31,38 +31,41 @@ func reloadBase() map[string]any {
 // key's new value, and other keys the change needs (a section's required
 // keys). A key missing here fails the test.
 var reloadChanges = map[string][][2]any{
-	"listen":                   {{"listen", "127.0.0.1:7432"}},
-	"admin_listen":             {{"admin_listen", "127.0.0.1:9931"}},
-	"auth_method":              {{"auth_method", "md5"}},
-	"instance_id":              {{"instance_id", "other"}},
-	"leak_check_interval":      {{"leak_check_interval", "3s"}},
-	"shutdown_timeout":         {{"shutdown_timeout", "3s"}},
-	"handover_socket":          {{"handover_socket", "/tmp/lockpool-test.sock"}},
-	"client_login_timeout":     {{"client_login_timeout", "3s"}},
-	"idle_transaction_timeout": {{"idle_transaction_timeout", "3s"}},
-	"max_message_size":         {{"max_message_size", "2MB"}},
-	"max_client_connections":   {{"max_client_connections", 7}},
-	"event_loops":              {{"event_loops", 3}},
-	"io_uring":                 {{"io_uring", false}},
-	"admin_token":              {{"admin_token", "tok"}},
-	"log_format":               {{"log_format", "json"}},
-	"log_level":                {{"log_level", "debug"}},
-	"log_pins_over":            {{"log_pins_over", "3s"}},
-	"admin_users":              {{"admin_users", "app"}},
-	"tls.cert_file":            {{"tls.cert_file", "c.pem"}, {"tls.key_file", "k.pem"}},
-	"tls.key_file":             {{"tls.key_file", "k.pem"}, {"tls.cert_file", "c.pem"}},
-	"tls.required":             {{"tls.required", true}, {"tls.cert_file", "c.pem"}, {"tls.key_file", "k.pem"}},
-	"server.host":              {{"server.host", "/tmp"}},
-	"server.port":              {{"server.port", 2}},
-	"server.max_connections":   {{"server.max_connections", 11}},
-	"server.idle_timeout":      {{"server.idle_timeout", "3s"}},
-	"server.max_lifetime":      {{"server.max_lifetime", "3s"}},
-	"server.connect_timeout":   {{"server.connect_timeout", "2s"}},
-	"server.dial_concurrency":  {{"server.dial_concurrency", 2}},
-	"server.tls":               {{"server.tls", "disable"}},
-	"server.ca_file":           {{"server.ca_file", "/ca.pem"}, {"server.tls", "require"}},
-	"users[].name":             {{"users[].name", "spare2"}},
-	"users[].password":         {{"users[].password", "pw3"}},
+	"listen":                       {{"listen", "127.0.0.1:7432"}},
+	"admin_listen":                 {{"admin_listen", "127.0.0.1:9931"}},
+	"auth_method":                  {{"auth_method", "md5"}},
+	"instance_id":                  {{"instance_id", "other"}},
+	"leak_check_interval":          {{"leak_check_interval", "3s"}},
+	"shutdown_timeout":             {{"shutdown_timeout", "3s"}},
+	"handover_socket":              {{"handover_socket", "/tmp/lockpool-test.sock"}},
+	"client_login_timeout":         {{"client_login_timeout", "3s"}},
+	"idle_transaction_timeout":     {{"idle_transaction_timeout", "3s"}},
+	"max_message_size":             {{"max_message_size", "2MB"}},
+	"max_client_connections":       {{"max_client_connections", 7}},
+	"event_loops":                  {{"event_loops", 3}},
+	"io_uring":                     {{"io_uring", false}},
+	"admin_token":                  {{"admin_token", "tok"}},
+	"log_format":                   {{"log_format", "json"}},
+	"log_level":                    {{"log_level", "debug"}},
+	"log_pins_over":                {{"log_pins_over", "3s"}},
+	"admin_users":                  {{"admin_users", "app"}},
+	"tls.cert_file":                {{"tls.cert_file", "c.pem"}, {"tls.key_file", "k.pem"}},
+	"tls.key_file":                 {{"tls.key_file", "k.pem"}, {"tls.cert_file", "c.pem"}},
+	"tls.required":                 {{"tls.required", true}, {"tls.cert_file", "c.pem"}, {"tls.key_file", "k.pem"}},
+	"server.host":                  {{"server.host", "/tmp"}},
+	"server.port":                  {{"server.port", 2}},
+	"server.max_connections":       {{"server.max_connections", 11}},
+	"server.idle_timeout":          {{"server.idle_timeout", "3s"}},
+	"server.max_lifetime":          {{"server.max_lifetime", "3s"}},
+	"server.connect_timeout":       {{"server.connect_timeout", "2s"}},
+	"server.dial_concurrency":      {{"server.dial_concurrency", 2}},
+	"server.tls":                   {{"server.tls", "disable"}},
+	"server.ca_file":               {{"server.ca_file", "/ca.pem"}, {"server.tls", "require"}},
+	"server.hosts":                 {{"server.host", nil}, {"server.port", nil}, {"server.hosts", []any{"127.0.0.1:1", "127.0.0.1:2"}}},
+	"server.health_check_interval": {{"server.health_check_interval", "2s"}},
+	"server.tcp_user_timeout":      {{"server.tcp_user_timeout", "5s"}},
+	"users[].name":                 {{"users[].name", "spare2"}},
+	"users[].password":             {{"users[].password", "pw3"}},
 
 	"applications[].name":                    {{"applications[].name", "api2"}},
 	"applications[].user":                    {{"applications[].user", "spare"}},
@@ -78,6 +81,8 @@ var reloadChanges = map[string][][2]any{
 	"applications[].budget_scope":            {{"applications[].budget_scope", "cluster"}, {"cluster.name", "c"}},
 	"applications[].min_share":               {{"applications[].min_share", 2}},
 	"applications[].max_clients":             {{"applications[].max_clients", 9}},
+	"applications[].target":                  {{"applications[].target", "any"}},
+	"applications[].max_lag":                 {{"applications[].max_lag", "3s"}},
 
 	"auth_query.user":      {{"auth_query.user", "aq"}},
 	"auth_query.password":  {{"auth_query.password", "aqpw"}, {"auth_query.user", "aq"}},
@@ -99,11 +104,15 @@ var reloadChanges = map[string][][2]any{
 }
 
 // setPath writes v at path ("a", "section.key", "list[].key": the list's
-// first item) in the YAML tree m.
+// first item) in the YAML tree m; a nil v removes a section's key.
 func setPath(m map[string]any, path string, v any) {
 	sec, key, nested := strings.Cut(path, ".")
 	if !nested {
 		m[path] = v
+		return
+	}
+	if v == nil {
+		delete(m[sec].(map[string]any), key)
 		return
 	}
 	if list, ok := strings.CutSuffix(sec, "[]"); ok {

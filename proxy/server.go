@@ -22,6 +22,7 @@ import (
 	"github.com/lockpool/lockpool/auth"
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -114,6 +115,7 @@ type Server struct {
 
 	consoles map[*console.Conn]struct{} // admin console connections (consolelogin.go), under mu
 
+	hosts   *hosts.Monitor       // server.hosts (hosts.go); nil with one host and port
 	cluster *cluster.Coordinator // budget_scope: cluster (cluster.go); nil without
 	// signalKey authenticates the signal requests other instances of the
 	// cluster forward to this one (clustersignal.go); nil without a cluster.
@@ -153,32 +155,43 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.rc.Store(rc)
+	if s.hosts, err = newHostMonitor(opts.Config, logger, opts.Registerer, s.onHostChange); err != nil {
+		return nil, fmt.Errorf("proxy: hosts: %w", err)
+	}
 	pm, err := pool.New(pool.Options{
 		Server:     opts.Config.Server,
 		Apps:       s.poolApps(opts.Config),
 		Logger:     logger,
 		Registerer: opts.Registerer,
+		Hosts:      s.hosts,
 	})
 	if err != nil {
+		s.hosts.Close()
 		return nil, fmt.Errorf("proxy: pool: %w", err)
 	}
 	s.pool = pm
+	if s.hosts != nil {
+		s.hosts.Start()
+	}
 	if s.leases == nil && !opts.NoLeases {
-		ls, err := newLeaseStore(opts.Config, s.Config, logger, opts.Registerer)
+		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, logger, opts.Registerer)
 		if err != nil {
 			pm.Close()
+			s.hosts.Close()
 			return nil, fmt.Errorf("proxy: leases: %w", err)
 		}
 		s.leases = ls
 	}
-	if s.locks, err = newLockManager(opts.Config, s.Config, logger); err != nil {
+	if s.locks, err = newLockManager(opts.Config, s.Config, s.hosts, logger); err != nil {
 		pm.Close()
+		s.hosts.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
-	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config), Logger: logger, Registerer: opts.Registerer})
+	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config, s.hosts), Logger: logger, Registerer: opts.Registerer})
 	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
 		s.hub.Close()
 		pm.Close()
+		s.hosts.Close()
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
@@ -214,6 +227,7 @@ func (s *Server) poolApps(cfg *config.Config) []pool.AppConfig {
 			MaxConnections: a.MaxConnections,
 			MaxPinned:      a.MaxPinned,
 			WaitTimeout:    a.WaitTimeout,
+			Target:         hosts.Target{Kind: a.Target, MaxLag: a.MaxLag},
 		}
 		_, listed := cfg.UserByName(a.User)
 		if strings.HasPrefix(pw, "SCRAM-SHA-256$") || !listed {
@@ -515,6 +529,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.hub.Close()
 	s.pool.Close()
 	s.stopCluster()
+	s.hosts.Close()
 	s.mu.Lock()
 	loops := s.loops
 	s.mu.Unlock()

@@ -400,7 +400,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 		cred = nil
 		if rc.cfg.AuthQuery != nil {
 			ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
-			c, err := s.authq.lookup(ctx, rc.cfg, user)
+			c, err := s.authq.lookup(ctx, rc.cfg, s.hosts, user)
 			cancel()
 			if err != nil {
 				s.log.Warn("auth_query lookup failed", "user", user, "err", err)

@@ -251,6 +251,32 @@ func ConnectionLost(sessionState bool) *Error {
 		"Reconnect and retry the transaction.")
 }
 
+// HostReplaced is the FATAL 57P01 of a client whose server connection
+// lockpool ended because its host stopped being the primary (or the
+// standby) the application targets: a failover, a switchover or a split
+// brain. With sessionState the client was pinned (its advisory locks and
+// session state are gone) or inside a transaction.
+func HostReplaced(sessionState bool) *Error {
+	if sessionState {
+		return New(AdminShutdown,
+			"lockpool: terminating connection because the primary changed; the session's advisory locks and session state are gone",
+			"The locks were released with the old primary's connection; reconnect and take them again on the new primary.").Fatal()
+	}
+	return New(AdminShutdown,
+		"lockpool: terminating connection because the primary changed; the current transaction is gone",
+		"Reconnect and retry the transaction; it runs on the new primary.").Fatal()
+}
+
+// LocksLost is the FATAL 57P01 of a client whose advisory locks lockpool
+// held for it (advisory_locks: hold) were lost with lockpool's lock
+// connection: the server ended it (a restart, a failover, a switchover,
+// pg_terminate_backend).
+func LocksLost() *Error {
+	return New(AdminShutdown,
+		"lockpool: terminating connection because its advisory locks were lost",
+		"The server ended lockpool's lock connection (a restart, or the primary changed) and PostgreSQL released the locks; reconnect and take them again.").Fatal()
+}
+
 // NoStatement is the 26000 of a Bind, Describe or Close of a prepared
 // statement the client does not have (name "" is the unnamed statement).
 func NoStatement(name string) *Error {

@@ -139,7 +139,7 @@ func (h *held) session(s Session) (*advisory.Session, *pgerr.Error) {
 	}
 	if h.locks == nil {
 		h.locks = m.NewSession(s.Database(), func() {
-			s.Kill(pgerr.ConnectionLost(true).Fatal())
+			s.Kill(pgerr.LocksLost())
 		})
 		h.locks.SetLabel(s.App().Name + " " + s.Remote() + " pid " + strconv.FormatUint(uint64(s.PID()), 10))
 	}

@@ -614,6 +614,9 @@ func (s *Session) serverLost(err error) error {
 		s.pos.txStatus = 'I'
 		return nil
 	}
+	if sc != nil && sc.Retired() {
+		return pgerr.HostReplaced(wasPinned)
+	}
 	if s.pos.sawFatal {
 		return errSessionEnd // the server's FATAL is the last message
 	}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package hosts
+
+func setUserTimeout(fd, ms int) error { return nil }
