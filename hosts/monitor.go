@@ -97,11 +97,11 @@ type Options struct {
 	Connect func(ctx context.Context, addr config.HostAddr) (*pgconn.PgConn, error)
 	// OnChange is called after the primary changed, a split brain began or
 	// ended, or a host's generation was bumped (see [Change]).
-	OnChange   func(Change)
+	OnChange func(Change)
 	// UserTimeout is server.tcp_user_timeout, for DialPrimary's connections.
 	UserTimeout time.Duration
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer // nil: no metrics
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer // nil: no metrics
 }
 
 // Change describes what one check changed.
@@ -118,15 +118,15 @@ type Monitor struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	mu         sync.Mutex
+	mu          sync.Mutex
 	primary     *Host
 	lastPrimary *Host // the last host that was the primary (kept while there is none)
 	splitBrain  bool
-	changed    chan struct{} // closed and replaced when any status changes
-	failovers  uint64
-	events     []Change
-	eventsCond *sync.Cond
-	closed     bool
+	changed     chan struct{} // closed and replaced when any status changes
+	failovers   uint64
+	events      []Change
+	eventsCond  *sync.Cond
+	closed      bool
 
 	kick   chan struct{} // asks every host's loop to check now
 	kicks  []chan struct{}

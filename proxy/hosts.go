@@ -93,4 +93,3 @@ func (s *Server) onHostChange(ch hosts.Change) {
 		s.pool.Revalidate()
 	}
 }
-
