@@ -52,10 +52,11 @@ type Status struct {
 }
 
 // State is how SHOW HOSTS names the status: primary, standby, lagging
-// (a standby beyond maxLag, when maxLag > 0), refused, down or unknown.
+// (a standby beyond maxLag, when maxLag > 0), refused, down, or unknown
+// (not checked yet).
 func (s *Status) State(maxLag time.Duration) string {
 	switch {
-	case !s.Up && s.Role == RoleUnknown:
+	case !s.Up && s.Checked.IsZero():
 		return "unknown"
 	case !s.Up:
 		return "down"

@@ -10,6 +10,7 @@ import (
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/listen"
@@ -35,6 +36,9 @@ func (s *Server) ListenHub() *listen.Hub { return s.hub }
 // Cluster returns the coordinator of cluster budgets; nil without a
 // cluster.
 func (s *Server) Cluster() *cluster.Coordinator { return s.cluster }
+
+// Hosts returns the monitor of server.hosts; nil with one host and port.
+func (s *Server) Hosts() *hosts.Monitor { return s.hosts }
 
 // HeldLocks lists the advisory locks lockpool holds for its clients on
 // its lock connections (advisory_locks: hold), per client.

@@ -7,6 +7,7 @@ import (
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/hosts"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/listen"
@@ -32,6 +33,9 @@ type Source interface {
 	// Cluster returns the coordinator of cluster budgets; nil without a
 	// cluster.
 	Cluster() *cluster.Coordinator
+	// Hosts returns the monitor of server.hosts; nil with one host and
+	// port (SHOW HOSTS).
+	Hosts() *hosts.Monitor
 	// HeldLocks lists the advisory locks lockpool holds for its clients
 	// on its lock connections (advisory_locks: hold).
 	HeldLocks() []advisory.ClientLocks

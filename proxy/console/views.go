@@ -36,6 +36,7 @@ func views(src Source) []view {
 		{"LISTENERS", func(context.Context) (any, error) { return listenerRows(src), nil }},
 		{"STATS", func(context.Context) (any, error) { return statsRows(src), nil }},
 		{"CLUSTER", func(context.Context) (any, error) { return clusterRows(src), nil }},
+		{"HOSTS", func(context.Context) (any, error) { return hostRows(src), nil }},
 		{"CONFIG", func(context.Context) (any, error) { return src.Config().SettingsInForce(src.StartedConfig()), nil }},
 		{"VERSION", func(context.Context) (any, error) { return []VersionRow{{Version: versionString()}}, nil }},
 	}
@@ -440,4 +441,44 @@ func viewNames(src Source) string {
 		fmt.Fprintf(&b, "SHOW %s", v.name)
 	}
 	return b.String()
+}
+
+// HostRow is one line of SHOW HOSTS and /debug/hosts: a PostgreSQL host,
+// its role and state at the last check, its replay lag and the pools'
+// connections to it.
+type HostRow struct {
+	Host        string  `json:"host"`
+	Role        string  `json:"role"`  // primary | standby | unknown (the role at the last answered check)
+	State       string  `json:"state"` // primary | standby | refused | down | unknown | unchecked
+	LagSeconds  float64 `json:"lag_seconds"`
+	Connections int64   `json:"connections"`
+	Since       string  `json:"since"`   // when the role, state or answering last changed (RFC 3339)
+	Checked     string  `json:"checked"` // the last check's end
+	Error       string  `json:"error"`   // the last failed check's error, while down
+}
+
+// hostRows gathers SHOW HOSTS. Without server.hosts lockpool does not
+// check its one host: its row is "unchecked".
+func hostRows(src Source) []HostRow {
+	mon := src.Hosts()
+	if mon == nil {
+		srv := src.StartedConfig().Server
+		return []HostRow{{Host: config.HostAddr{Host: srv.Host, Port: srv.Port}.String(), Role: "unknown", State: "unchecked"}}
+	}
+	hs, _, _, _ := mon.Snapshot()
+	out := make([]HostRow, 0, len(hs))
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	for _, h := range hs {
+		st := h.Status()
+		out = append(out, HostRow{
+			Host: h.Addr().String(), Role: st.Role.String(), State: st.State(0), LagSeconds: st.Lag.Seconds(),
+			Connections: h.Conns(), Since: stamp(st.Since), Checked: stamp(st.Checked), Error: st.Err,
+		})
+	}
+	return out
 }

@@ -1,0 +1,155 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/pgerr"
+	"github.com/lockpool/lockpool/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.RunMain(m, nil)) }
+
+// startMonitor follows addrs with a short interval; changes are sent on
+// the returned channel.
+func startMonitor(t *testing.T, addrs ...config.HostAddr) (*Monitor, chan Change) {
+	t.Helper()
+	changes := make(chan Change, 16)
+	m, err := New(Options{
+		Hosts:    addrs,
+		Interval: 50 * time.Millisecond,
+		Timeout:  time.Second,
+		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
+			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
+			if err != nil {
+				return nil, err
+			}
+			pc.Host, pc.Port = a.Host, uint16(a.Port)
+			return pgconn.ConnectConfig(ctx, pc)
+		},
+		OnChange: func(ch Change) { changes <- ch },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	t.Cleanup(m.Close)
+	return m, changes
+}
+
+func addrOf(c *pgtest.Cluster) config.HostAddr { return config.HostAddr{Host: c.Host, Port: c.Port} }
+
+// deadAddr is an address where nothing listens.
+func deadAddr(t *testing.T) config.HostAddr {
+	t.Helper()
+	c, err := pgtest.Start(context.Background())
+	if err != nil {
+		t.Skip(err)
+	}
+	a := addrOf(c)
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestPrimaryAndDownHost: of a primary and a host that does not answer,
+// the primary is routed to for targets primary, prefer-standby and any;
+// target standby waits and then gets 53300 naming the hosts' states.
+func TestPrimaryAndDownHost(t *testing.T) {
+	c := pgtest.Require(t)
+	dead := deadAddr(t)
+	m, changes := startMonitor(t, dead, addrOf(c))
+	select {
+	case ch := <-changes:
+		if ch.New == nil || ch.New.Addr() != addrOf(c) || ch.Old != nil {
+			t.Fatalf("first change = %+v, want the primary found", ch)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no primary found")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, kind := range []string{config.TargetPrimary, config.TargetPreferStandby, config.TargetAny} {
+		ep, err := m.Route(ctx, Target{Kind: kind, MaxLag: time.Second})
+		if err != nil || ep.Addr() != addrOf(c) {
+			t.Fatalf("Route(%s) = %v, %v; want the primary", kind, ep.Addr(), err)
+		}
+		if !m.Usable(ep, Target{Kind: kind, MaxLag: time.Second}) {
+			t.Fatalf("the primary's endpoint is not usable for %s", kind)
+		}
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer scancel()
+	_, err := m.Route(sctx, Target{Kind: config.TargetStandby, MaxLag: time.Second})
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Detail, dead.String()+" down") {
+		t.Fatalf("Route(standby) = %v (detail %q), want 53300 naming %s down", err, pe.Detail, dead)
+	}
+	if st := m.Hosts()[0].Status(); st.Up || st.Err == "" {
+		t.Fatalf("dead host status = %+v, want down with an error", st)
+	}
+}
+
+// TestSplitBrain: two hosts that both are primaries are refused (no
+// primary, both generations bumped); once one stops answering the other is
+// the primary again, and connections of the split stay unusable.
+func TestSplitBrain(t *testing.T) {
+	a := pgtest.Require(t)
+	b, err := pgtest.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	m, changes := startMonitor(t, addrOf(a), addrOf(b))
+	var before Endpoint
+	deadline := time.After(10 * time.Second)
+	for split := false; !split; {
+		select {
+		case ch := <-changes:
+			if ch.New != nil && before.Host == nil {
+				before = Endpoint{Host: ch.New, Gen: ch.New.Status().Gen}
+			}
+			split = ch.SplitBrain
+		case <-deadline:
+			t.Fatal("no split brain seen")
+		}
+	}
+	if _, ok := m.KnownPrimary(); ok {
+		t.Fatal("a primary is known during a split brain")
+	}
+	for _, h := range m.Hosts() {
+		if st := h.Status(); !st.Refused || st.State(0) != "refused" {
+			t.Fatalf("%s: %+v, want refused", h.Addr(), st)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = m.Route(ctx, Target{Kind: config.TargetPrimary})
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.Code != "53300" || !strings.Contains(pe.Message, "split brain") {
+		t.Fatalf("Route during split brain = %v, want 53300 split brain", err)
+	}
+	if before.Host != nil && m.Usable(before, Target{Kind: config.TargetPrimary}) {
+		t.Fatal("a connection dialed before the split brain is still usable")
+	}
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	p, err := m.Primary(ctx2)
+	if err != nil || p != addrOf(a) {
+		t.Fatalf("Primary after the other stopped = %v, %v; want %v", p, err, addrOf(a))
+	}
+	if before.Host != nil && m.Usable(before, Target{Kind: config.TargetPrimary}) {
+		t.Fatal("a connection of the split brain became usable again")
+	}
+}
