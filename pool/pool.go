@@ -1557,10 +1557,14 @@ func (m *Manager) SweepIdle(ctx context.Context, check func(ctx context.Context,
 		}
 		taken := a.takeAllIdle()
 		for _, c := range taken {
+			if !m.onPrimary(c) {
+				a.pushIdle(c) // check knows the primary's pids only
+				continue
+			}
 			c.state = stateChecking
+			a.checking++
+			conns = append(conns, c)
 		}
-		a.checking += len(taken)
-		conns = append(conns, taken...)
 	}
 	m.mu.Unlock()
 	if len(conns) == 0 {

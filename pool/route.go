@@ -117,3 +117,13 @@ func (m *Manager) Revalidate() {
 // what the application targets (a new primary, a role change, a split
 // brain): the session's FATAL says so.
 func (c *Conn) Retired() bool { return c.retired.Load() }
+
+// onPrimary reports whether c is a connection to the primary (or lockpool
+// follows one host): SweepIdle's check reads the primary's pg_locks.
+func (m *Manager) onPrimary(c *Conn) bool {
+	if m.hosts == nil || c.ep.Host == nil {
+		return true
+	}
+	st := c.ep.Host.Status()
+	return st.Role == hosts.RolePrimary && !st.Refused && st.Gen == c.ep.Gen
+}

@@ -31,6 +31,7 @@ type HoldApp struct {
 	held      prometheus.Gauge
 	wait      prometheus.Observer
 	fallbacks prometheus.Counter
+	lost      prometheus.Counter
 
 	mu     sync.Mutex
 	logged map[string]struct{} // statement texts whose fallback was logged
@@ -139,6 +140,9 @@ func (h *held) session(s Session) (*advisory.Session, *pgerr.Error) {
 	}
 	if h.locks == nil {
 		h.locks = m.NewSession(s.Database(), func() {
+			if a := s.HoldApp(); a != nil {
+				a.lost.Inc()
+			}
 			s.Kill(pgerr.LocksLost())
 		})
 		h.locks.SetLabel(s.App().Name + " " + s.Remote() + " pid " + strconv.FormatUint(uint64(s.PID()), 10))
@@ -364,6 +368,7 @@ type HoldMetrics struct {
 	held      *prometheus.GaugeVec
 	wait      *prometheus.HistogramVec
 	fallbacks *prometheus.CounterVec
+	lost      *prometheus.CounterVec
 }
 
 // NewHoldMetrics makes the collectors of advisory_locks: hold,
@@ -379,12 +384,15 @@ func NewHoldMetrics() *HoldMetrics {
 	fallbacks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockpool_advisory_lock_fallbacks_total", Help: "Statements touching session-level advisory functions that advisory_locks: hold could not answer itself and handled as under pin, by application.",
 	}, []string{"app"})
-	return &HoldMetrics{held: held, wait: wait, fallbacks: fallbacks}
+	lost := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockpool_advisory_locks_lost_total", Help: "Clients closed (FATAL 57P01) because the advisory locks lockpool held for them were lost with a lock connection (a server restart, a failover or switchover), by application.",
+	}, []string{"app"})
+	return &HoldMetrics{held: held, wait: wait, fallbacks: fallbacks, lost: lost}
 }
 
 // Collectors are the collectors to register.
 func (m *HoldMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.held, m.wait, m.fallbacks}
+	return []prometheus.Collector{m.held, m.wait, m.fallbacks, m.lost}
 }
 
 // Show makes application app's series visible at zero.
@@ -392,6 +400,7 @@ func (m *HoldMetrics) Show(app string) {
 	m.held.WithLabelValues(app)
 	m.wait.WithLabelValues(app)
 	m.fallbacks.WithLabelValues(app)
+	m.lost.WithLabelValues(app)
 }
 
 // App makes the metrics and fallback log of application app, for the
@@ -401,6 +410,7 @@ func (m *HoldMetrics) App(app string) *HoldApp {
 		held:      m.held.WithLabelValues(app),
 		wait:      m.wait.WithLabelValues(app),
 		fallbacks: m.fallbacks.WithLabelValues(app),
+		lost:      m.lost.WithLabelValues(app),
 		logged:    map[string]struct{}{},
 	}
 }
