@@ -172,6 +172,10 @@ func New(opts Options) (*Server, error) {
 	s.pool = pm
 	if s.hosts != nil {
 		s.hosts.Start()
+	} else if opts.Registerer != nil {
+		srv := opts.Config.Server
+		hosts.RegisterUnchecked(opts.Registerer, config.HostAddr{Host: srv.Host, Port: srv.Port}.String(),
+			func() float64 { return float64(pm.InstanceStats().Open) })
 	}
 	if s.leases == nil && !opts.NoLeases {
 		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, logger, opts.Registerer)
