@@ -104,9 +104,11 @@ func (m *Manager) Revalidate() {
 	}
 	for _, c := range kill {
 		c.retired.Store(true)
-		c.kill.pull()
 	}
 	m.mu.Unlock()
+	for _, c := range kill {
+		c.kill.pull() // after a close, the duplicate is gone and this does nothing
+	}
 	if len(toClose)+len(kill) > 0 {
 		m.log.Info("pool: server connections of a replaced host closed", "idle", len(toClose), "in_use", len(kill))
 	}
