@@ -75,6 +75,13 @@ func RequireNetNS(t testing.TB) *Cluster {
 // It puts a "blackhole" queueing discipline on both ends of the
 // namespace's veth pair, and the neighbour (ARP) entries on both ends are
 // permanent, so the kernel never gives up on the peer with EHOSTUNREACH.
+//
+// PostgreSQL's own timeouts apply: a standby notices a partitioned primary
+// after wal_receiver_timeout (60 s), a primary a partitioned standby after
+// wal_sender_timeout (60 s), and a primary's fast shutdown (Stop,
+// Switchover, Demote) waits up to wal_sender_timeout for a partitioned
+// standby to confirm the last WAL; StopImmediate does not (nor does
+// Destroy, which stops clusters of the namespaces' network immediately).
 func (c *Cluster) Partition() error {
 	if c.ns == nil {
 		return fmt.Errorf("pgtest: partition %s: not in a network namespace (use StartInNetNS)", c.Name)
