@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,41 +27,122 @@ var ErrUnavailable = errors.New("pgtest: PostgreSQL server binaries not availabl
 
 // Cluster is one running (or stopped) PostgreSQL cluster.
 type Cluster struct {
-	Host      string // always "127.0.0.1"
+	Host      string // address clients use: "127.0.0.1", or the namespace's address for StartInNetNS
 	Port      int
 	Dir       string // data directory
 	SocketDir string // unix_socket_directories
 	BinDir    string // directory holding initdb, pg_ctl, postgres
 
-	// StartupTime is how long Start took (initdb + first start).
+	// Name is the cluster's cluster_name, and the application_name it uses
+	// when it streams as a standby (so it names it in the primary's
+	// pg_stat_replication and synchronous_standby_names).
+	Name string
+
+	// StartupTime is how long Start (initdb + first start) or StartStandby
+	// (pg_basebackup + first start) took.
 	StartupTime time.Duration
 
 	base    string              // temp dir holding Dir, SocketDir and the log
 	logFile string              // server log (pg_ctl -l)
 	cred    *syscall.Credential // non-nil when running server commands as "postgres"
 
-	mu        sync.Mutex
-	destroyed bool
-	watchW    *os.File  // write end of the watchdog's stdin
-	watchCmd  *exec.Cmd // watchdog process
+	ns  *netNS // non-nil for a cluster living in a network namespace
+	hub *hub   // for a cluster in the root namespace: hub whose address it also listens on
+
+	mu           sync.Mutex
+	destroyed    bool
+	watch        *watchdog // stops the server and removes base if the test process dies
+	conninfo     string    // primary_conninfo while a standby, else ""
+	upstream     *Cluster  // the primary while a standby, else nil
+	syncNames    []string  // standbys added by StartStandby with Sync
+	lastRejoin   string    // how Demote brought the data directory in line: "pg_rewind" or "pg_basebackup"
+	rewindOutput string    // of Demote's pg_rewind
+	partitioned  bool      // between Partition and Heal
 }
+
+var clusterSeq atomic.Int64
 
 // Start creates and starts a fresh cluster. It returns once the server
 // accepts connections.
 func Start(ctx context.Context) (*Cluster, error) {
+	return start(ctx, false)
+}
+
+func start(ctx context.Context, inNetNS bool) (*Cluster, error) {
 	t0 := time.Now()
+	c, err := newCluster(ctx, inNetNS)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Cluster, error) {
+		_ = c.Destroy()
+		return nil, err
+	}
+	if out, err := c.run(ctx, "initdb",
+		"-D", c.Dir, "-U", "postgres", "-E", "UTF8", "--locale=C",
+		"-A", "trust", "--no-sync", "--no-instructions"); err != nil {
+		return fail(fmt.Errorf("pgtest: initdb: %w\n%s", err, out))
+	}
+	conf := `
+# --- pgtest ---
+max_connections = 300
+shared_buffers = 32MB
+fsync = off
+synchronous_commit = off
+full_page_writes = on       # pg_rewind refuses a source without it
+huge_pages = off
+password_encryption = 'scram-sha-256'
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+lc_messages = 'C'
+# ready to be a primary, or a standby
+wal_level = replica
+max_wal_senders = 10
+wal_log_hints = on          # so pg_rewind works after a crash
+hot_standby = on
+wal_keep_size = 256MB       # so a standby that paused does not lose WAL
+wal_retrieve_retry_interval = 200ms
+# listen_addresses, port, unix_socket_directories, cluster_name: per node
+include '` + nodeConf + `'
+`
+	if err := c.writeFile(filepath.Join(c.Dir, "postgresql.conf"), conf, true); err != nil {
+		return fail(err)
+	}
+	if err := c.configure(nil); err != nil {
+		return fail(err)
+	}
+	if err := c.firstStart(ctx); err != nil {
+		return fail(err)
+	}
+	c.StartupTime = time.Since(t0)
+	return c, nil
+}
+
+// nodeConf is the file, included at the end of postgresql.conf, that holds
+// the settings a copy of the data directory (pg_basebackup, pg_rewind)
+// must not inherit.
+const nodeConf = "pgtest_node.conf"
+
+// newCluster makes the directories and the watchdog of a cluster (and its
+// network namespace), without a data directory.
+func newCluster(ctx context.Context, inNetNS bool) (*Cluster, error) {
 	bin, err := findBinDir()
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Host: "127.0.0.1", BinDir: bin}
-
+	c := &Cluster{
+		Host:   "127.0.0.1",
+		BinDir: bin,
+		Name:   fmt.Sprintf("pgtest%d_%d", os.Getpid(), clusterSeq.Add(1)),
+	}
 	if os.Geteuid() == 0 {
 		cred, err := postgresCredential()
 		if err != nil {
 			return nil, err
 		}
 		c.cred = cred
+	} else if inNetNS {
+		return nil, fmt.Errorf("%w: network namespaces need root", ErrUnavailable)
 	}
 
 	parent := os.TempDir()
@@ -93,64 +175,49 @@ func Start(ctx context.Context) (*Cluster, error) {
 		}
 	}
 
-	if err := c.startWatchdog(); err != nil {
+	script := `if read -r _; then exit 0; fi
+"$1/pg_ctl" stop -D "$2" -m immediate -w -t 30 >/dev/null 2>&1
+rm -rf "$3"`
+	c.watch, err = startWatchdog(c.base, c.cred, script, c.BinDir, c.Dir, c.base)
+	if err != nil {
 		return fail(err)
 	}
-
-	if out, err := c.run(ctx, "initdb",
-		"-D", c.Dir, "-U", "postgres", "-E", "UTF8", "--locale=C",
-		"-A", "trust", "--no-sync", "--no-instructions"); err != nil {
-		return fail(fmt.Errorf("pgtest: initdb: %w\n%s", err, out))
+	if inNetNS {
+		if c.ns, err = newNetNS(ctx); err != nil {
+			return fail(err)
+		}
+		c.Host = c.ns.addr
 	}
+	return c, nil
+}
 
-	hba := "# written by pgtest\n" +
-		"local all all                trust\n" +
-		"host  all postgres 127.0.0.1/32 trust\n" +
-		"host  all all      127.0.0.1/32 scram-sha-256\n"
-	if err := c.writeFile(filepath.Join(c.Dir, "pg_hba.conf"), hba, false); err != nil {
-		return fail(err)
-	}
-	conf := fmt.Sprintf(`
-# --- pgtest ---
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '%s'
-max_connections = 300
-shared_buffers = 32MB
-fsync = off
-synchronous_commit = off
-full_page_writes = off
-huge_pages = off
-password_encryption = 'scram-sha-256'
-logging_collector = off
-log_line_prefix = '%%m [%%p] %%q%%u@%%d '
-lc_messages = 'C'
-`, c.SocketDir)
-	if err := c.writeFile(filepath.Join(c.Dir, "postgresql.conf"), conf, true); err != nil {
-		return fail(err)
-	}
-
+// firstStart picks a port (a free one on 127.0.0.1; 5432 in a namespace of
+// its own), writes the node's configuration and starts the server.
+func (c *Cluster) firstStart(ctx context.Context) error {
 	// A port can be grabbed by someone else between picking and binding it;
-	// retry a few times with a new one. The last "port =" line wins.
+	// retry a few times with a new one.
 	for attempt := 0; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return fail(err)
+		if c.ns != nil {
+			c.Port = 5432
+		} else {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			c.Port = port
 		}
-		c.Port = port
-		if err := c.writeFile(filepath.Join(c.Dir, "postgresql.conf"), fmt.Sprintf("port = %d\n", port), true); err != nil {
-			return fail(err)
+		if err := c.writeNodeConf(); err != nil {
+			return err
 		}
-		err = c.pgCtlStart(ctx)
+		err := c.pgCtlStart(ctx)
 		if err == nil {
-			break
+			return nil
 		}
-		if attempt < 2 && strings.Contains(c.Log(), "could not bind") {
+		if c.ns == nil && attempt < 2 && strings.Contains(c.Log(), "could not bind") {
 			continue
 		}
-		return fail(err)
+		return err
 	}
-	c.StartupTime = time.Since(t0)
-	return c, nil
 }
 
 // Stop stops the server (pg_ctl stop -m fast). The data directory is kept,
@@ -186,8 +253,14 @@ func (c *Cluster) Destroy() error {
 	}
 	c.destroyed = true
 	var errs []error
+	mode := "fast"
+	if c.partitioned {
+		// A walsender would wait up to wal_sender_timeout for standbys it
+		// cannot reach.
+		mode = "immediate"
+	}
 	if c.Dir != "" && c.running() {
-		if out, err := c.run(context.Background(), "pg_ctl", "stop", "-D", c.Dir, "-m", "fast", "-w", "-t", "60"); err != nil {
+		if out, err := c.run(context.Background(), "pg_ctl", "stop", "-D", c.Dir, "-m", mode, "-w", "-t", "60"); err != nil {
 			errs = append(errs, fmt.Errorf("pgtest: pg_ctl stop: %w\n%s", err, out))
 			// Last resort so the directory can go away.
 			_, _ = c.run(context.Background(), "pg_ctl", "stop", "-D", c.Dir, "-m", "immediate", "-w", "-t", "30")
@@ -198,7 +271,16 @@ func (c *Cluster) Destroy() error {
 			errs = append(errs, fmt.Errorf("pgtest: %w", err))
 		}
 	}
-	c.stopWatchdog()
+	c.watch.stop()
+	if c.ns != nil {
+		if err := c.ns.destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.hub != nil {
+		c.hub.release()
+		c.hub = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -286,12 +368,26 @@ func (c *Cluster) running() bool {
 
 // command builds a command for a server binary, run as "postgres" when we
 // are root.
+//
+// For a cluster in a network namespace the command runs inside it (nsenter
+// enters the namespace as root, then becomes "postgres"), so a server it
+// starts listens there and pg_basebackup or pg_rewind connect from there.
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
+	var cmd *exec.Cmd
+	if c.ns != nil {
+		pre := []string{"--net=" + c.ns.path(),
+			"-S", strconv.Itoa(int(c.cred.Uid)), "-G", strconv.Itoa(int(c.cred.Gid)),
+			"--", filepath.Join(c.BinDir, name)}
+		cmd = exec.CommandContext(ctx, "nsenter", append(pre, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
+		if c.cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		}
+	}
 	cmd.Dir = c.base // the caller's cwd may be unreadable for postgres
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 		cmd.Env = append(cmd.Env, "HOME="+c.base, "USER=postgres", "LOGNAME=postgres")
 	}
 	return cmd
@@ -333,39 +429,45 @@ func (c *Cluster) writeFile(path, content string, appendTo bool) error {
 	return nil
 }
 
-// startWatchdog starts a helper in its own process group that reads its
-// stdin. Destroy writes a line to it; if instead the pipe hits EOF (the test
-// process died without Destroy) it stops the server and removes the files.
-func (c *Cluster) startWatchdog() error {
+// watchdog is a helper shell in its own process group that reads its stdin.
+// stop writes a line to it and it exits; if instead the pipe hits EOF (the
+// test process died) it runs its clean-up script.
+type watchdog struct {
+	w   *os.File  // write end of the watchdog's stdin
+	cmd *exec.Cmd // watchdog process
+}
+
+// startWatchdog starts a watchdog running script (which must begin with
+// `if read -r _; then exit 0; fi`) with args as $1... in dir, as cred (nil:
+// as ourselves).
+func startWatchdog(dir string, cred *syscall.Credential, script string, args ...string) (*watchdog, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	script := `if read -r _; then exit 0; fi
-"$1/pg_ctl" stop -D "$2" -m immediate -w -t 30 >/dev/null 2>&1
-rm -rf "$3"`
-	cmd := exec.Command("/bin/sh", "-c", script, "pgtest-watchdog", c.BinDir, c.Dir, c.base)
-	cmd.Dir = c.base
+	cmd := exec.Command("/bin/sh", append([]string{"-c", script, "pgtest-watchdog"}, args...)...)
+	cmd.Dir = dir
 	cmd.Stdin = r
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
-		return fmt.Errorf("pgtest: start watchdog: %w", err)
+		return nil, fmt.Errorf("pgtest: start watchdog: %w", err)
 	}
 	r.Close()
-	c.watchW, c.watchCmd = w, cmd
-	return nil
+	return &watchdog{w: w, cmd: cmd}, nil
 }
 
-func (c *Cluster) stopWatchdog() {
-	if c.watchW == nil {
+// stop tells the watchdog to exit without cleaning up. A nil watchdog is
+// fine.
+func (wd *watchdog) stop() {
+	if wd == nil || wd.w == nil {
 		return
 	}
-	_, _ = c.watchW.WriteString("done\n")
-	_ = c.watchW.Close()
-	_ = c.watchCmd.Wait()
-	c.watchW, c.watchCmd = nil, nil
+	_, _ = wd.w.WriteString("done\n")
+	_ = wd.w.Close()
+	_ = wd.cmd.Wait()
+	wd.w, wd.cmd = nil, nil
 }
 
 func findBinDir() (string, error) {

@@ -49,10 +49,15 @@ func TestSettings(t *testing.T) {
 		"max_connections":     "300",
 		"fsync":               "off",
 		"synchronous_commit":  "off",
-		"full_page_writes":    "off",
+		"full_page_writes":    "on",
 		"shared_buffers":      "32MB",
 		"password_encryption": "scram-sha-256",
 		"listen_addresses":    "127.0.0.1",
+		"wal_level":           "replica",
+		"max_wal_senders":     "10",
+		"wal_log_hints":       "on",
+		"hot_standby":         "on",
+		"wal_keep_size":       "256MB",
 	}
 	for name, v := range want {
 		var got string
@@ -163,14 +168,14 @@ func TestDestroyAndWatchdog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.watchW.Close()
-	_ = c.watchCmd.Wait()
+	c.watch.w.Close()
+	_ = c.watch.cmd.Wait()
 	if _, err := os.Stat(c.base); !os.IsNotExist(err) {
 		t.Fatalf("watchdog left base dir: %v", err)
 	}
 	if err := c.Exec(ctx, "postgres", "SELECT 1"); err == nil {
 		t.Fatal("server still up after watchdog cleanup")
 	}
-	c.watchW, c.watchCmd = nil, nil
+	c.watch.w, c.watch.cmd = nil, nil
 	_ = c.Destroy()
 }
