@@ -93,6 +93,18 @@ type Coordinator struct {
 	dialOK  map[string]bool // apps whose row this registration committed (under mu; dialGate)
 	ticks   int             // ticks run (loop goroutine only)
 
+	// server is pg_postmaster_start_time() of the PostgreSQL server this
+	// instance registered on last, serverSince when it first registered
+	// there (loop goroutine only). Another value at a registration means
+	// another server: a failover to a standby, or a restart.
+	server, serverSince time.Time
+	// rebuild: applications whose row has not been balanced since this
+	// instance registered on another server (under mu). recordDial
+	// records no backend for them: a dial that passed the gate under the
+	// old server's row must not count against the new server's row until
+	// a balance there has covered it.
+	rebuild map[string]bool
+
 	recMu sync.Mutex
 	rec   *pgx.Conn // recordDial's connection
 }
@@ -142,6 +154,7 @@ func New(opts Options) (*Coordinator, error) {
 		apps:    map[string]bool{},
 		ensured: map[string]bool{},
 		dialOK:  map[string]bool{},
+		rebuild: map[string]bool{},
 		peak:    map[string]struct{ c, p int }{},
 		slots:   map[string]struct{ c, p int }{},
 	}
@@ -280,6 +293,12 @@ func (c *Coordinator) recordDial(ctx context.Context, app string, pid uint32) er
 	if !c.apps[app] {
 		return nil
 	}
+	c.mu.Lock()
+	rebuilding := c.rebuild[app]
+	c.mu.Unlock()
+	if rebuilding {
+		return fmt.Errorf("cluster: application %q: this instance's row is not rebuilt on the new PostgreSQL server yet", app)
+	}
 	c.recMu.Lock()
 	defer c.recMu.Unlock()
 	if c.rec == nil {
@@ -289,7 +308,12 @@ func (c *Coordinator) recordDial(ctx context.Context, app string, pid uint32) er
 		}
 		c.rec = conn
 	}
-	tag, err := c.rec.Exec(ctx, fmt.Sprintf(`UPDATE %s SET pids = array_append(pids, $4::int) WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
+	// Only on the server this instance registered on: after a failover the
+	// row may have come over from the old primary, and until this instance
+	// has registered on the new one (and balanced there, rebuild above) its
+	// row does not back a backend here.
+	tag, err := c.rec.Exec(ctx, fmt.Sprintf(`UPDATE %s SET pids = array_append(pids, $4::int) WHERE cluster = $1 AND app = $2 AND instance = $3
+  AND EXISTS (SELECT 1 FROM %s i WHERE i.cluster = $1 AND i.instance = $3 AND i.coord_server = pg_postmaster_start_time())`, c.t.slots, c.t.instances),
 		c.opts.Cluster, app, c.id, int32(pid))
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -299,7 +323,7 @@ func (c *Coordinator) recordDial(ctx context.Context, app string, pid uint32) er
 		return fmt.Errorf("cluster: recording a server connection: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("cluster: application %q: this instance holds no slots (its row is not written yet, or was reclaimed)", app)
+		return fmt.Errorf("cluster: application %q: this instance holds no slots on this server (its row is not written yet, was reclaimed, or is of another server)", app)
 	}
 	return nil
 }
@@ -449,22 +473,44 @@ func (c *Coordinator) address() string {
 	return c.opts.Advertise()
 }
 
-// register inserts this instance's row with the lowest free number.
+// register inserts this instance's row with its number of before if that
+// is free, else the lowest free number, or takes over its row if it is
+// there. On another PostgreSQL server than at the last registration (a
+// failover, or a restart) this instance's rows may be stale or missing
+// (asynchronous replication loses the last commits): the pids they record
+// are of backends on the old server, so they are cleared; the pool's
+// limits fall to what is open (what the table backs is only known at the
+// next balance), and no backend is recorded until that balance (rebuild).
+// The table, not memory, says what the instance holds: balance moves its
+// row from what the row says there, within the budget.
 func (c *Coordinator) register(ctx context.Context) error {
 	var n int
-	var inserted bool
+	var inserted, changed bool
+	var server time.Time
 	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "lockpool cluster "+c.opts.Cluster); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS i (cluster, instance, number, address, signal_key, coord_pid, coord_start)
-SELECT $1, $2, n, $3, $4, pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
+		if err := tx.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&server); err != nil {
+			return err
+		}
+		changed = !c.server.IsZero() && !server.Equal(c.server)
+		if changed {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET pids = '{}' WHERE cluster = $1 AND instance = $2`, c.t.slots), c.opts.Cluster, c.id); err != nil {
+				return err
+			}
+		}
+		c.mu.Lock()
+		prev := c.number
+		c.mu.Unlock()
+		return tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS i (cluster, instance, number, address, signal_key, coord_pid, coord_start, coord_server)
+SELECT $1, $2, n, $3, $4, pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), pg_postmaster_start_time()
 FROM generate_series(1, %[2]d) n
 WHERE n NOT IN (SELECT number FROM %[1]s WHERE cluster = $1 AND instance <> $2)
-ORDER BY n LIMIT 1
+ORDER BY n = $5 DESC, n LIMIT 1
 ON CONFLICT (cluster, instance) DO UPDATE SET coord_pid = excluded.coord_pid, coord_start = excluded.coord_start,
-  address = excluded.address, signal_key = excluded.signal_key, heartbeat_at = now()
-RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address(), c.opts.SignalKey).Scan(&n, &inserted)
+  coord_server = excluded.coord_server, address = excluded.address, signal_key = excluded.signal_key, heartbeat_at = now()
+RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id, c.address(), c.opts.SignalKey, prev).Scan(&n, &inserted)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("cluster %q already has %d instances", c.opts.Cluster, maxNumber)
@@ -472,22 +518,54 @@ RETURNING i.number, i.xmax = 0`, c.t.instances, maxNumber), c.opts.Cluster, c.id
 	if err != nil {
 		return err
 	}
+	if c.server.IsZero() || changed {
+		c.serverSince = time.Now()
+	}
+	c.server = server
+	apps := c.opts.Apps()
 	clear(c.ensured)
 	c.mu.Lock()
 	clear(c.dialOK)
+	if changed {
+		for _, a := range apps {
+			c.rebuild[a.Name] = true
+		}
+	}
 	again := inserted && c.number != 0
 	c.number = n
 	if again {
 		clear(c.slots)
 	}
 	c.mu.Unlock()
-	if again {
+	switch {
+	case again && changed:
+		// Registered before, on another server, and this one has no row
+		// of this instance (it registered after the last commit that
+		// reached it). Start over as after a reclaim.
+		c.log.Error("cluster: PostgreSQL is another server now (a failover or a restart) and has no row of this instance; dropping its slots and starting over", "number", n)
+	case again:
 		// Registered before, and the row was gone: the others took this
 		// instance for dead and reclaimed its slots (after terminating its
 		// backends). Hold nothing until the protocol gives slots back.
 		c.log.Error("cluster: this instance's rows were reclaimed by the others; dropping its slots and starting over")
-		for _, a := range c.opts.Apps() {
+	case changed:
+		c.log.Warn("cluster: PostgreSQL is another server now (a failover or a restart); rebuilding this instance's slots from its rows there", "number", n)
+	}
+	if again {
+		for _, a := range apps {
 			c.opts.Pool.SetLimit(a.Name, 0, 0)
+		}
+	} else if changed {
+		// Hold what is open, take nothing new until a balance on this
+		// server has written a row that backs it.
+		for _, a := range apps {
+			st := c.opts.Pool.Stats(a.Name)
+			c.mu.Lock()
+			sl := c.slots[a.Name]
+			sl.c, sl.p = min(sl.c, st.Open), min(sl.p, st.Pinned)
+			c.slots[a.Name] = sl
+			c.mu.Unlock()
+			c.opts.Pool.SetLimit(a.Name, sl.c, sl.p)
 		}
 	}
 	c.log.Info("cluster: registered", "cluster", c.opts.Cluster, "instance", c.id, "number", n)
@@ -562,6 +640,7 @@ type slotRow struct {
 	demand, pinDemand int
 	pids              []int32
 	live, coordGone   bool
+	elsewhere         bool // its instance registered last on another server: its pids are not of this one
 }
 
 // balance runs one step of the protocol for app, in one transaction that
@@ -588,6 +667,7 @@ func (c *Coordinator) balance(ctx context.Context, a App) error {
 		rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT s.instance, s.slots, s.pins, s.demand, s.pin_demand, s.pids,
   i.instance IS NOT NULL AND i.heartbeat_at > now() - $3::float8 * interval '1 second',
   i.instance IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity p WHERE p.pid = i.coord_pid AND p.backend_start = i.coord_start),
+  coalesce(i.coord_server <> pg_postmaster_start_time(), false),
   (floor(extract(epoch FROM now())) %% 1000000)::int8
 FROM %s s LEFT JOIN %s i ON i.cluster = s.cluster AND i.instance = s.instance
 WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster, a.Name, c.opts.TTL.Seconds())
@@ -599,13 +679,13 @@ WHERE s.cluster = $1 AND s.app = $2`, c.t.slots, c.t.instances), c.opts.Cluster,
 		found := false
 		for rows.Next() {
 			var r slotRow
-			if err := rows.Scan(&r.instance, &r.slots, &r.pins, &r.demand, &r.pinDemand, &r.pids, &r.live, &r.coordGone, &turn); err != nil {
+			if err := rows.Scan(&r.instance, &r.slots, &r.pins, &r.demand, &r.pinDemand, &r.pids, &r.live, &r.coordGone, &r.elsewhere, &turn); err != nil {
 				rows.Close()
 				return err
 			}
 			if r.instance == c.id {
 				found = true
-				r.live, r.coordGone = true, false
+				r.live, r.coordGone, r.elsewhere = true, false, false
 				r.demand, r.pinDemand = wantConns, wantPins
 			}
 			all = append(all, r)
@@ -700,6 +780,7 @@ WHERE cluster = $1 AND app = $2 AND instance = $3`, c.t.slots),
 	}
 	c.mu.Lock()
 	c.slots[a.Name] = struct{ c, p int }{newSlots, newPins}
+	delete(c.rebuild, a.Name)
 	// The gate opens only while the row covers everything the pool counts
 	// open, dials waiting at the gate included: a row that could not be
 	// raised that far (nothing free) lets none of them through — they wait
@@ -726,6 +807,9 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 	if !r.coordGone {
 		return false, nil
 	}
+	if r.elsewhere {
+		return c.reclaimElsewhere(ctx, tx, a, r)
+	}
 	// Lock the row first: a recordDial of that instance (if it still
 	// lives) waits, and finds the row gone once it is deleted.
 	if err := lockSlotRowFresh(ctx, tx, c.t.slots, c.opts.Cluster, a.Name, r.instance, &r.pids); err != nil {
@@ -751,6 +835,28 @@ func (c *Coordinator) reclaim(ctx context.Context, tx pgx.Tx, a App, r slotRow, 
 		return false, err
 	}
 	c.log.Info("cluster: reclaimed the slots of a dead instance", "app", a.Name, "instance", r.instance, "slots", r.slots, "pins", r.pins)
+	return true, nil
+}
+
+// reclaimElsewhere removes the row of an instance that registered last on
+// another PostgreSQL server (before a failover or a restart) and has not
+// heartbeaten here for ttl: none of the backends it recorded is on this
+// server (its pids may be those of unrelated backends here, so nothing is
+// terminated), and none can be recorded until it registers here. The row
+// is left alone until this instance has been on this server for ttl, so
+// that a live instance, reconnecting after the failover, re-registers and
+// keeps its row; and it stays if that instance registered here meanwhile.
+func (c *Coordinator) reclaimElsewhere(ctx context.Context, tx pgx.Tx, a App, r slotRow) (bool, error) {
+	if time.Since(c.serverSince) < c.opts.TTL {
+		return false, nil
+	}
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s s WHERE s.cluster = $1 AND s.app = $2 AND s.instance = $3
+  AND NOT EXISTS (SELECT 1 FROM %s i WHERE i.cluster = $1 AND i.instance = $3 AND i.coord_server = pg_postmaster_start_time())`, c.t.slots, c.t.instances),
+		c.opts.Cluster, a.Name, r.instance)
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
+	}
+	c.log.Info("cluster: reclaimed the slots of a dead instance", "app", a.Name, "instance", r.instance, "slots", r.slots, "pins", r.pins, "registered_on_another_server", true)
 	return true, nil
 }
 

@@ -11,7 +11,9 @@
 //     cluster_instances (one row per running instance: its number, the
 //     address it takes forwarded cancel requests on, the key the signal
 //     requests forwarded to it are authenticated with, its heartbeat, the pid
-//     and backend_start of its coordination backend), cluster_apps (one row
+//     and backend_start of its coordination backend, and coord_server: the
+//     pg_postmaster_start_time() of the server it registered on, which its
+//     recorded pids belong to), cluster_apps (one row
 //     per cluster and application, the lock every slot change takes) and
 //     cluster_slots (per cluster, application and instance: the server
 //     connections and pin slots the instance holds, what it wants — demand —
@@ -63,6 +65,26 @@
 //     fall to the connections it still has open. When PostgreSQL is
 //     unreachable it keeps what it holds. An instance that finds its rows
 //     gone (reclaimed) sets its limits to 0 and starts from an empty row.
+//
+// # Failover
+//
+// After a failover (or a restart) the coordination connection comes back on
+// another server, told apart by pg_postmaster_start_time(). Its tables are
+// a consistent past state of the old primary's (asynchronous replication
+// loses the last commits), so the budget invariant holds in them; what this
+// instance holds is rebuilt from them, not from memory. At registration the
+// instance takes over its row (or inserts it under its old number) with the
+// new coord_server, clears the pids of its slot rows (backends of the old
+// server), lowers its limits to what is open and records no backend until a
+// balance on the new server has moved its row as on every tick (up only by
+// what is free) and recomputed the limits; recordDial also refuses a row
+// whose instance row names another server, so a dial that passed the gate
+// before the instance noticed the failover is closed. A row missing on the
+// new server is started over as after a reclaim. A dead row whose instance
+// registered last on another server is taken away without terminating
+// anything (its pids are of the other server), and only once this instance
+// has been on the new server for ttl, so that live instances re-register
+// first and keep their rows.
 //
 // Slots follow demand: each tick every instance writes what it wants (in
 // use + dialing + waiting, the peak since its last tick) and computes from

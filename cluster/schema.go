@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS %[2]s (
   UNIQUE (cluster, number)
 );
 ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS signal_key text NOT NULL DEFAULT '';
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS coord_server timestamptz;
 CREATE TABLE IF NOT EXISTS %[3]s (
   cluster text NOT NULL,
   app text NOT NULL,
@@ -86,7 +87,7 @@ func (t tables) current(ctx context.Context, c *pgx.Conn) (bool, error) {
 	var ok bool
 	err := c.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
   AND pg_catalog.to_regclass($3) IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1) AND attname = 'signal_key' AND NOT attisdropped)`,
+  AND (SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1) AND attname IN ('signal_key', 'coord_server') AND NOT attisdropped) = 2`,
 		t.instances, t.apps, t.slots).Scan(&ok)
 	return ok, err
 }

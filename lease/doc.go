@@ -4,7 +4,8 @@
 // # What it owns
 //
 //   - The schema (Options.Schema, default "lockpool") in every database that
-//     uses leases: a NO CYCLE bigint sequence <schema>.lease_token_seq, the
+//     uses leases: a NO CYCLE bigint sequence <schema>.lease_token_seq
+//     (MAXVALUE TokenSeqMax; a sequence made before is capped), the
 //     LOGGED table <schema>.leases and the SQL function
 //     <schema>.lease_fence(p_name text, p_token bigint). They are created at
 //     first use per database, idempotently, in one transaction under
@@ -31,13 +32,45 @@
 //
 // # Tokens
 //
-// A token is taken from the sequence while the lease row is locked (inside
-// ON CONFLICT DO UPDATE), so tokens are strictly increasing in grant order. To
-// keep that true, a release does not DELETE the row: it marks it free
-// (expires_at = now()) and the next acquire takes it over through ON CONFLICT.
-// Rows that have been free for more than an hour are deleted by the keeper.
-// (A DELETE would let an INSERT whose nextval was evaluated before an earlier
-// grant land after it, with a smaller token.)
+// A token is
+//
+//	timeline << 40 | nextval(<schema>.lease_token_seq)
+//
+// where timeline is the server's current WAL insert timeline, read in the
+// statement that grants the token (from pg_walfile_name(pg_current_wal_lsn()),
+// which is right at once after a promotion; pg_control_checkpoint() lags
+// until the next checkpoint). Tokens strictly increase, also across a
+// failover: a promotion always starts a higher timeline, so a token granted by
+// a promoted standby is above every token its old primary granted, those
+// whose commits never reached the standby included. The lower 40 bits hold
+// the sequence (at most TokenSeqMax = 2^40-1 ≈ 1.1e12 grants; then acquires
+// fail with 2200H), the upper 23 the timeline (up to 2^23-1; then 22003).
+// Tokens of timeline 1 are above 2^40, so they do not fit in 32 bits; they
+// stay below 2^53 (exact in a float64) while the timeline is below 2^13.
+// Clients should treat tokens as opaque, increasing numbers. Tokens granted
+// before tokens carried the timeline (plain nextval, below 2^40) are below
+// every new one, so no row needs migrating.
+//
+// The token is taken while the lease row is locked (inside ON CONFLICT DO
+// UPDATE), so tokens are strictly increasing in grant order. To keep that
+// true, a release does not DELETE the row: it marks it free (expires_at =
+// now()) and the next acquire takes it over through ON CONFLICT. Rows that
+// have been free for more than an hour are deleted by the keeper. (A DELETE
+// would let an INSERT whose nextval was evaluated before an earlier grant
+// land after it, with a smaller token.)
+//
+// # Failover
+//
+// The store's connections follow the primary. After a promotion, a lease a
+// session holds is either still its own on the new primary (the row with its
+// holder and token was replicated) or it is lost: every renewal, the
+// keeper's and lease_renew, matches name, holder and token, so a row that is
+// missing (its grant's commit did not reach the new primary), expired, or
+// holds another token does not renew; the session forgets the lease and
+// gets the lost-lease warning. Nothing re-creates a row for a holder except
+// that session's own lease_acquire, which then grants a new, larger token
+// (and warns that the old one was lost). Expiry is judged by the new
+// primary's clock: keep the servers' clocks in sync.
 //
 // # Fencing
 //

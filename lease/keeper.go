@@ -176,7 +176,14 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 	for i, e := range es {
 		names[i], holders[i], tokens[i], ttls[i] = e.name, e.ss.holder, e.token, e.ttl.Seconds()
 	}
-	renewed := map[int64]bool{}
+	// A renewal matches name, holder and token: a row that is missing (a
+	// grant whose commit was lost in a failover), or that has another
+	// holder or token, is not renewed, and the lease is lost.
+	type key struct {
+		name  string
+		token int64
+	}
+	renewed := map[key]bool{}
 	err := s.withConn(ctx, database, func(c *pgx.Conn) error {
 		clear(renewed)
 		rows, err := c.Query(ctx, s.names.renewMany, names, holders, tokens, ttls)
@@ -185,11 +192,11 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var t int64
-			if err := rows.Scan(&t); err != nil {
+			var k key
+			if err := rows.Scan(&k.name, &k.token); err != nil {
 				return err
 			}
-			renewed[t] = true
+			renewed[k] = true
 		}
 		return rows.Err()
 	})
@@ -197,7 +204,7 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 	switch {
 	case err == nil:
 		for i, e := range es {
-			if renewed[e.token] {
+			if renewed[key{e.name, e.token}] {
 				outcomes[i] = renewOK
 			} else {
 				outcomes[i] = renewLost

@@ -23,6 +23,24 @@ const MigrationLockKey int64 = 0x6c6f636b706f6f6c
 // makes the migration replace the function.
 const fenceVersion = "lockpool lease_fence v1"
 
+// Token layout: a token is timeline × 2^TokenTimelineShift + nextval(seq),
+// where timeline is the WAL timeline the server writes on when the token is
+// granted. A promotion always starts a higher timeline, so every token a
+// promoted standby grants is above every token its old primary granted,
+// also those whose commits never reached the standby. The sequence is
+// capped at TokenSeqMax so that its values never reach into the timeline
+// bits; the timeline part leaves 63-40 = 23 bits (timelines up to
+// 2^23-1; beyond that the multiplication fails with 22003 instead of
+// wrapping).
+const (
+	TokenTimelineShift = 40
+	TokenSeqMax        = 1<<TokenTimelineShift - 1
+)
+
+// TokenTimeline returns the WAL timeline part of a token (0 for tokens
+// granted before tokens carried one).
+func TokenTimeline(token int64) int64 { return token >> TokenTimelineShift }
+
 // names holds the quoted, schema-qualified object names for one schema.
 type names struct {
 	schema    string // raw schema name
@@ -30,6 +48,7 @@ type names struct {
 	table     string // "schema"."leases"
 	seq       string // "schema"."lease_token_seq"
 	seqLit    string // the sequence name as a SQL string literal for nextval
+	token     string // SQL expression of a new token
 	fence     string // "schema"."lease_fence"
 	fenceSig  string // "schema"."lease_fence"(text,bigint)
 	channel   string // NOTIFY channel name (raw)
@@ -58,18 +77,30 @@ func newNames(schema string) *names {
 	n.channel = schema + "_lease_released"
 	n.qchannel = pgx.Identifier{n.channel}.Sanitize()
 
+	// A new token: the server's current WAL insert timeline (the first 8
+	// hex digits of the name of the WAL file the current insert position
+	// is in) in the upper bits, the sequence in the lower 40. The timeline
+	// is read in the statement that grants the token and is right at once
+	// after a promotion (pg_control_checkpoint().timeline_id is not: it
+	// lags until the first checkpoint on the new timeline ends).
+	// pg_current_wal_lsn() fails on a standby (the statement is refused
+	// there anyway). The multiplication is checked: a timeline beyond
+	// 2^23-1 fails with 22003 rather than wrapping.
+	n.token = fmt.Sprintf(`(('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint * %d + nextval(%s::regclass))`,
+		int64(1)<<TokenTimelineShift, n.seqLit)
+
 	// Acquire: one statement. The token is drawn inside DO UPDATE, under the
-	// row lock, so it grows in grant order; the VALUES nextval is only used
+	// row lock, so it grows in grant order; the VALUES token is only used
 	// for a name's first row. When the lease is held by someone else the
 	// second branch reports how long the holder has left (server clock).
 	// The new expiry uses clock_timestamp() so a takeover that waited behind
 	// a lease_fence still gets its whole ttl.
 	n.acquire = fmt.Sprintf(`WITH ins AS (
   INSERT INTO %[1]s AS l (name, holder, token, taken_at, renewed_at, expires_at)
-  VALUES ($1, $2, nextval(%[2]s::regclass), now(), now(), clock_timestamp() + $3::float8 * interval '1 second')
+  VALUES ($1, $2, %[2]s, now(), now(), clock_timestamp() + $3::float8 * interval '1 second')
   ON CONFLICT (name) DO UPDATE SET
     holder = excluded.holder,
-    token = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN l.token ELSE nextval(%[2]s::regclass) END,
+    token = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN l.token ELSE %[2]s END,
     taken_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN l.taken_at ELSE clock_timestamp() END,
     renewed_at = clock_timestamp(),
     expires_at = clock_timestamp() + $3::float8 * interval '1 second',
@@ -80,7 +111,7 @@ func newNames(schema string) *names {
 SELECT true, token, NULL::float8 FROM ins
 UNION ALL
 SELECT false, NULL::bigint, extract(epoch FROM c.expires_at) - extract(epoch FROM now())
-  FROM %[1]s c WHERE c.name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`, n.table, n.seqLit)
+  FROM %[1]s c WHERE c.name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`, n.table, n.token)
 
 	// Renewals compare with clock_timestamp(), not now(): a renewal whose
 	// transaction began before a release and waited for its row lock must
@@ -92,7 +123,7 @@ WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > clock_timestamp(
 	n.renewMany = fmt.Sprintf(`UPDATE %s AS l SET renewed_at = now(), expires_at = now() + v.ttl * interval '1 second'
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::float8[]) AS v(name, holder, token, ttl)
 WHERE l.name = v.name AND l.holder = v.holder AND l.token = v.token AND l.expires_at > clock_timestamp()
-RETURNING l.token`, n.table)
+RETURNING l.name, l.token`, n.table)
 
 	// Release marks the row free (see the package doc: rows are kept so that
 	// tokens grow in grant order) and notifies waiters in the same statement.
@@ -119,7 +150,12 @@ func (n *names) schemaDDL() string {
 }
 
 func (n *names) seqDDL() string {
-	return "CREATE SEQUENCE IF NOT EXISTS " + n.seq + " AS bigint NO CYCLE"
+	return fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s AS bigint MAXVALUE %d NO CYCLE", n.seq, int64(TokenSeqMax))
+}
+
+// seqCapDDL caps a sequence made before tokens carried the timeline.
+func (n *names) seqCapDDL() string {
+	return fmt.Sprintf("ALTER SEQUENCE %s MAXVALUE %d", n.seq, int64(TokenSeqMax))
 }
 
 func (n *names) tableDDL() string {
@@ -167,6 +203,7 @@ func MigrationSQL(schema string) string {
 	fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock(%d);\n", MigrationLockKey)
 	b.WriteString(n.schemaDDL() + ";\n")
 	b.WriteString(n.seqDDL() + ";\n")
+	b.WriteString(n.seqCapDDL() + ";\n")
 	b.WriteString(n.tableDDL() + ";\n")
 	for _, s := range n.fenceDDL() {
 		b.WriteString(s + ";\n")
@@ -189,11 +226,12 @@ func GrantSQL(schema, role string) string {
 
 type schemaState struct {
 	hasSchema, hasSeq, hasTable, hasFence bool
+	seqCapped                             bool // the sequence's MAXVALUE is TokenSeqMax
 	fenceComment                          string
 }
 
 func (st schemaState) complete() bool {
-	return st.hasSchema && st.hasSeq && st.hasTable && st.hasFence && st.fenceComment == fenceVersion
+	return st.hasSchema && st.hasSeq && st.seqCapped && st.hasTable && st.hasFence && st.fenceComment == fenceVersion
 }
 
 func (n *names) inspect(ctx context.Context, q interface {
@@ -201,8 +239,9 @@ func (n *names) inspect(ctx context.Context, q interface {
 }) (schemaState, error) {
 	var st schemaState
 	err := q.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL,
-  to_regprocedure($4) IS NOT NULL, coalesce(obj_description(to_regprocedure($4)::oid, 'pg_proc'), '')`,
-		n.qschema, n.seq, n.table, n.fenceSig).Scan(&st.hasSchema, &st.hasSeq, &st.hasTable, &st.hasFence, &st.fenceComment)
+  to_regprocedure($4) IS NOT NULL, coalesce(obj_description(to_regprocedure($4)::oid, 'pg_proc'), ''),
+  coalesce((SELECT seqmax = $5 FROM pg_catalog.pg_sequence WHERE seqrelid = to_regclass($2)), false)`,
+		n.qschema, n.seq, n.table, n.fenceSig, int64(TokenSeqMax)).Scan(&st.hasSchema, &st.hasSeq, &st.hasTable, &st.hasFence, &st.fenceComment, &st.seqCapped)
 	return st, err
 }
 
@@ -242,6 +281,10 @@ func (s *Store) migrate(ctx context.Context, c *pgx.Conn, database string) error
 			}
 			if !st.hasSeq {
 				stmts = append(stmts, n.seqDDL())
+			} else if !st.seqCapped {
+				// A sequence from before tokens carried the timeline:
+				// cap it, so that it never reaches into the timeline bits.
+				stmts = append(stmts, n.seqCapDDL())
 			}
 			if !st.hasTable {
 				stmts = append(stmts, n.tableDDL())
@@ -260,10 +303,17 @@ func (s *Store) migrate(ctx context.Context, c *pgx.Conn, database string) error
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "42501" {
 				if st.hasSchema && st.hasSeq && st.hasTable && st.hasFence {
-					// Only the fence function is outdated and we may not
-					// replace it: keep working with the old one.
-					s.log.Warn("lockpool: lease_fence is outdated and this role cannot replace it",
-						"database", database, "schema", n.schema, "err", pe.Message)
+					// Only the fence function is outdated or the sequence
+					// uncapped, and we may not change them: keep working
+					// with what is there.
+					if !st.seqCapped {
+						s.log.Warn("lockpool: the lease token sequence has no MAXVALUE and this role cannot set it; an administrator can run "+n.seqCapDDL(),
+							"database", database, "schema", n.schema, "err", pe.Message)
+					}
+					if st.fenceComment != fenceVersion {
+						s.log.Warn("lockpool: lease_fence is outdated and this role cannot replace it",
+							"database", database, "schema", n.schema, "err", pe.Message)
+					}
 				} else {
 					var role string
 					_ = c.QueryRow(ctx, "SELECT current_user").Scan(&role)

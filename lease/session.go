@@ -282,6 +282,12 @@ func (ss *Session) recordHeld(name string, token int64, ttl time.Duration, at ti
 		h.k.ttl = ttl
 		s.keeper.schedule(h.k, due)
 	case h != nil:
+		// The session held the lease under another token, which the
+		// table no longer has (it expired, or its grant was lost in a
+		// failover): that token is lost, whatever the new grant.
+		if !h.releasing {
+			ss.warnLostLocked(name, h.token)
+		}
 		s.keeper.remove(h.k)
 		h.token, h.ttl, h.releasing = token, ttl, false
 		h.k = &kentry{ss: ss, name: name, token: token, ttl: ttl, idx: -1}

@@ -268,7 +268,11 @@ func (s *Store) db(ctx context.Context, database string) (*dbState, error) {
 // withConn runs fn on one of the store's connections for database,
 // retrying serialization failures (40001), deadlocks (40P01) and broken
 // connections. Every lease statement is idempotent for its holder, so a
-// retry after a lost connection is safe.
+// retry after a lost connection is safe. A connection is broken also when
+// the server ended it with a FATAL error (57P01 after a shutdown or a
+// failover, 57P02 after a crash of another backend): every idle connection
+// of a server that went away fails like that at its next use, so each is
+// retried on the next one, and then on a new connection.
 func (s *Store) withConn(ctx context.Context, database string, fn func(c *pgx.Conn) error) error {
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -290,8 +294,8 @@ func (s *Store) withConn(ctx context.Context, database string, fn func(c *pgx.Co
 		switch {
 		case code == "40001" || code == "40P01":
 			retry = attempt < 8
-		case code == "" && broken:
-			retry = attempt < 2
+		case broken:
+			retry = attempt < s.opts.MaxConnections+1
 		}
 		if !retry {
 			return err
