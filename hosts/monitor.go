@@ -400,6 +400,9 @@ func (m *Monitor) apply(h *Host, r result) {
 					bumped = append(bumped, prev)
 				}
 				m.failovers++
+				if m.metrics != nil {
+					m.metrics.failovers.Inc()
+				}
 				m.log.Warn("hosts: primary changed", "from", prev.addr.String(), "to", p.addr.String())
 			} else {
 				m.log.Info("hosts: primary found", "primary", p.addr.String())
@@ -452,9 +455,6 @@ func (m *Monitor) notify() {
 		m.mu.Unlock()
 		for _, h := range ch.Bumped {
 			h.closeOwn()
-		}
-		if m.metrics != nil && ch.Old != nil && ch.New != nil && ch.Old != ch.New {
-			m.metrics.failovers.Inc()
 		}
 		if m.opts.OnChange != nil {
 			m.opts.OnChange(ch)
