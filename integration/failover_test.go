@@ -102,7 +102,6 @@ func (l *writeLoad) fail(err error) {
 	time.Sleep(20 * time.Millisecond) // pacing of reconnects, not a synchronisation
 }
 
-
 // count is the number of acknowledged writes.
 func (l *writeLoad) count() int {
 	l.mu.Lock()
