@@ -60,6 +60,20 @@
 // in-use connections are released: idle excess is closed at once, in-use
 // excess at its Release.
 //
+// # Hosts
+//
+// With Options.Hosts (server.hosts) every dial asks the hosts.Monitor
+// where the application's target is, waiting for a host within its
+// wait_timeout, and a connection to the wrong role (in_hot_standby at
+// login) is refused and the monitor asked to check again. A connection
+// remembers its host and the host's generation; it is handed out, and
+// kept idle, only while the monitor finds it usable for its application's
+// target. Revalidate, which the monitor's changes call, closes the idle
+// connections that are not, and shuts down the sockets of connections in
+// use on a host whose generation changed (Conn.Retired then tells their
+// sessions why). The leak sweep checks only connections to the primary
+// (route.go).
+//
 // # Run-time limits
 //
 // SetLimit (limit.go) caps an application's MaxConnections and MaxPinned
