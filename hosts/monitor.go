@@ -357,20 +357,25 @@ func (m *Monitor) apply(h *Host, r result) {
 	ch := Change{Old: m.primary}
 	switch {
 	case len(claim) > 1:
+		// Every claimant is refused, and its connections retired, once:
+		// also one that joins a split brain already under way.
+		names := ""
+		for _, x := range claim {
+			names += " " + x.addr.String()
+			if x.status.Load().Refused {
+				continue
+			}
+			s := *x.status.Load()
+			if !contains(bumped, x) {
+				s.Gen++
+				bumped = append(bumped, x)
+			}
+			s.Refused = true
+			s.Since = now
+			x.status.Store(&s)
+		}
 		if !m.splitBrain {
 			m.splitBrain = true
-			names := ""
-			for _, x := range claim {
-				s := *x.status.Load()
-				s.Gen++
-				s.Refused = true
-				s.Since = now
-				x.status.Store(&s)
-				if !contains(bumped, x) {
-					bumped = append(bumped, x)
-				}
-				names += " " + x.addr.String()
-			}
 			m.log.Error("hosts: split brain: more than one host is a primary; lockpool uses none of them until only one is", "hosts", names[1:])
 		}
 		m.primary = nil
