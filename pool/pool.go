@@ -723,6 +723,8 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 				c.closeSocket(false)
 				c = nil
 			}
+		} else if err != nil && ep.Host != nil && Unreachable(err) {
+			m.hosts.CheckNow() // the host may be gone: do not wait for the next check
 		}
 		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
 			return c, ep, err
