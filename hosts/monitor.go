@@ -215,6 +215,10 @@ func (m *Monitor) CheckNow() {
 	}
 }
 
+// kickGap is the least time between two checks of a host that CheckNow
+// asked for.
+const kickGap = 50 * time.Millisecond
+
 // loop checks h every interval (or when kicked) until ctx ends.
 func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 	defer m.wg.Done()
@@ -226,6 +230,7 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,7 +243,17 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 				default:
 				}
 			}
+			// Kicks come from failing dials, maybe many: a host is still
+			// checked at most every kickGap.
+			if d := kickGap - time.Since(last); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
 		}
+		last = time.Now()
 		var r result
 		conn, r = m.check(ctx, h, conn)
 		if ctx.Err() != nil {
