@@ -129,7 +129,6 @@ type Monitor struct {
 	eventsCond  *sync.Cond
 	closed      bool
 
-	kick   chan struct{} // asks every host's loop to check now
 	kicks  []chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
