@@ -34,6 +34,12 @@
 //
 //   - At most one host is the primary at a time, and only while no other
 //     host that answers claims to be one.
+//   - A split brain is called only on checks that all ended after every
+//     claimant's claim began: a claimant last checked before another
+//     host's claim is checked again first (a switchover stops the old
+//     primary, then promotes the standby, within one interval). Meanwhile
+//     there is no primary, and the one there was has its generation
+//     bumped.
 //   - A primary change bumps the old primary's generation before the new
 //     primary is published, so no connection to the old one is handed out
 //     after a connection to the new one could be.

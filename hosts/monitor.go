@@ -129,7 +129,6 @@ type Monitor struct {
 	eventsCond  *sync.Cond
 	closed      bool
 
-	kick   chan struct{} // asks every host's loop to check now
 	kicks  []chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -371,6 +370,26 @@ func (m *Monitor) apply(h *Host, r result) {
 	}
 	ch := Change{Old: m.primary}
 	switch {
+	case len(claim) > 1 && !m.splitBrain && len(staleClaims(claim)) > 0:
+		// A claimant last checked before another host's claim began may
+		// have stopped since: a switchover stops the old primary, then
+		// promotes the standby, often within one check interval. Check it
+		// again at once before calling a split brain; meanwhile there is
+		// no primary, and the one there was starts no more transactions
+		// (as a replaced primary or a split brain's claimant would not).
+		if p := m.primary; p != nil {
+			s := *p.status.Load()
+			s.Gen++
+			s.Since = now
+			p.status.Store(&s)
+			if !contains(bumped, p) {
+				bumped = append(bumped, p)
+			}
+			m.log.Info("hosts: another host became a primary; checking the old primary again",
+				"primary", p.addr.String(), "claims", h.addr.String())
+		}
+		m.primary = nil
+		m.CheckNow()
 	case len(claim) > 1:
 		// Every claimant is refused, and its connections retired, once:
 		// also one that joins a split brain already under way.
@@ -446,6 +465,24 @@ func (m *Monitor) apply(h *Host, r result) {
 		m.events = append(m.events, ch)
 		m.eventsCond.Signal()
 	}
+}
+
+// staleClaims returns the claimants of the primary role whose last check
+// ended before another claimant's claim began (its Since).
+func staleClaims(claim []*Host) []*Host {
+	var newest time.Time
+	for _, x := range claim {
+		if s := x.status.Load(); s.Since.After(newest) {
+			newest = s.Since
+		}
+	}
+	var stale []*Host
+	for _, x := range claim {
+		if x.status.Load().Checked.Before(newest) {
+			stale = append(stale, x)
+		}
+	}
+	return stale
 }
 
 func contains(hs []*Host, h *Host) bool {

@@ -153,3 +153,81 @@ func TestSplitBrain(t *testing.T) {
 		t.Fatal("a connection of the split brain became usable again")
 	}
 }
+
+// staleMonitor is a monitor of two hosts that is not started: the test
+// applies check results itself. a was found the primary and b a standby.
+func staleMonitor(t *testing.T) (m *Monitor, a, b *Host) {
+	t.Helper()
+	m, err := New(Options{Hosts: []config.HostAddr{{Host: "127.0.0.1", Port: 1}, {Host: "127.0.0.1", Port: 2}}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	a, b = m.Hosts()[0], m.Hosts()[1]
+	m.apply(a, result{})
+	m.apply(b, result{inRecovery: true})
+	if p, ok := m.KnownPrimary(); !ok || p != a.Addr() {
+		t.Fatalf("primary = %v, %v; want %v", p, ok, a.Addr())
+	}
+	for _, k := range m.kicks {
+		select {
+		case <-k:
+		default:
+		}
+	}
+	return m, a, b
+}
+
+// TestStaleClaimCheckedAgain: a switchover stops the primary and then
+// promotes the standby, within one check interval. When the promoted
+// standby's check comes first, the old primary's claim is older than the
+// new one's: the old primary is checked again at once, before anything is
+// called a split brain. Meanwhile there is no primary and the old primary's
+// connections start no transaction. Its check fails (it stopped): the new
+// primary is followed, and no split brain was ever reported.
+func TestStaleClaimCheckedAgain(t *testing.T) {
+	m, a, b := staleMonitor(t)
+	old := Endpoint{Host: a, Gen: a.Status().Gen}
+	m.apply(b, result{}) // b promoted; a's last check is older than b's claim
+	_, _, split, _ := m.Snapshot()
+	if split || a.Status().Refused || b.Status().Refused {
+		t.Fatalf("split brain called on a stale claim: split %v, a %+v, b %+v", split, a.Status(), b.Status())
+	}
+	if p, ok := m.KnownPrimary(); ok {
+		t.Fatalf("primary %v while a's claim is being checked again", p)
+	}
+	if m.Usable(old, Target{Kind: config.TargetPrimary}) {
+		t.Fatal("the old primary's connections are still usable while another host claims the role")
+	}
+	select {
+	case <-m.kicks[0]:
+	default:
+		t.Fatal("the stale claimant was not asked to be checked again")
+	}
+	m.apply(a, result{err: errors.New("connection refused")}) // it stopped
+	p, ok := m.KnownPrimary()
+	_, _, split, failovers := m.Snapshot()
+	if !ok || p != b.Addr() || split || failovers != 1 {
+		t.Fatalf("after a's check failed: primary %v %v, split brain %v, failovers %d; want %v, false, 1", p, ok, split, failovers, b.Addr())
+	}
+	for _, ch := range m.events {
+		if ch.SplitBrain {
+			t.Fatalf("a change reported a split brain: %+v", ch)
+		}
+	}
+}
+
+// TestStaleClaimConfirmed: when the old primary's new check still finds it
+// a primary, after the other host's claim began, it is a split brain.
+func TestStaleClaimConfirmed(t *testing.T) {
+	m, a, b := staleMonitor(t)
+	m.apply(b, result{})
+	m.apply(a, result{}) // checked again: still a primary
+	_, _, split, _ := m.Snapshot()
+	if !split || !a.Status().Refused || !b.Status().Refused {
+		t.Fatalf("split brain %v, a %+v, b %+v; want a split brain with both refused", split, a.Status(), b.Status())
+	}
+	if _, ok := m.KnownPrimary(); ok {
+		t.Fatal("a primary during a split brain")
+	}
+}

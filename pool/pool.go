@@ -830,6 +830,15 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 		}
 	}
 	m.mu.Unlock()
+	if !m.usable(c) {
+		// The monitor found its host changed (a new role, a new primary)
+		// after the dial was routed: checkRole compared the login with the
+		// new view, not with the target. No transaction may start on it;
+		// start over. (A change after this check finds it in m.live, in
+		// use, for Revalidate.)
+		m.Destroy(c)
+		return nil, true, nil
+	}
 	return c, false, nil
 }
 

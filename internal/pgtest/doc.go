@@ -21,9 +21,11 @@
 // [Cluster.StartStandby] makes a streaming standby of it with pg_basebackup;
 // [Cluster.Promote], [Cluster.StopImmediate] (a crash), [Cluster.Demote]
 // (pg_rewind, or a new base backup, and follow the new primary) and
-// [Cluster.Switchover] move the primary role around. [Cluster.WaitReplayed],
-// [Cluster.PauseReplay] and [Cluster.StopWALReceiver] control what a standby
-// has seen:
+// [Cluster.Switchover] move the primary role around ([Cluster.SwitchoverTimed]
+// also says when the old primary stopped and the new one was promoted, and
+// [Cluster.AddSyncStandby] makes the new pair synchronous again).
+// [Cluster.WaitReplayed], [Cluster.PauseReplay] and
+// [Cluster.StopWALReceiver] control what a standby has seen:
 //
 //	p := ... // a cluster from Start
 //	s, err := p.StartStandby(ctx, pgtest.StandbyOptions{Sync: true})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,13 +79,7 @@ func (c *Cluster) StartStandby(ctx context.Context, opts StandbyOptions) (*Clust
 		return fail(err)
 	}
 	if opts.Sync {
-		err := poll(ctx, "the standby to be synchronous", func(ctx context.Context) (bool, error) {
-			var n int
-			err := c.adminQueryRow(ctx, `SELECT count(*) FROM pg_stat_replication
-				WHERE application_name = $1 AND sync_state IN ('sync', 'quorum')`, []any{s.Name}, &n)
-			return n == 1, err
-		})
-		if err != nil {
+		if err := c.waitSync(ctx, s); err != nil {
 			return fail(err)
 		}
 	}
@@ -202,24 +197,47 @@ func (c *Cluster) Demote(ctx context.Context, newPrimary *Cluster) error {
 //
 // s must be streaming from c when Switchover is called.
 func (c *Cluster) Switchover(ctx context.Context, s *Cluster) error {
+	_, err := c.SwitchoverTimed(ctx, s)
+	return err
+}
+
+// SwitchoverTimes are the moments that bound a Switchover's steps, read
+// from the test's clock (the wall clock PostgreSQL's clock_timestamp()
+// reads too, on this machine). Each start is taken just before its step
+// begins and each end just after it returned, so [Stopping, Stopped] holds
+// the old primary's shutdown and [Promoting, Promoted] the promotion.
+type SwitchoverTimes struct {
+	Stopping  time.Time // pg_ctl stop -m fast of the old primary is about to run
+	Stopped   time.Time // the old primary's postmaster is gone: nothing commits on it after this
+	Promoting time.Time // pg_ctl promote of the standby is about to run: nothing commits on it before this
+	Promoted  time.Time // the standby is out of recovery
+	Rejoined  time.Time // the old primary streams from the new one (Demote returned)
+}
+
+// SwitchoverTimed is Switchover, and also returns when its steps happened
+// (the fields it reached are set also when it fails).
+func (c *Cluster) SwitchoverTimed(ctx context.Context, s *Cluster) (SwitchoverTimes, error) {
+	var ts SwitchoverTimes
 	var n int
 	err := c.adminQueryRow(ctx, `SELECT count(*) FROM pg_stat_replication
 		WHERE application_name = $1 AND state = 'streaming'`, []any{s.Name}, &n)
 	if err != nil {
-		return fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("pgtest: switchover %s -> %s: %s does not stream from %s", c.Name, s.Name, s.Name, c.Name)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: %s does not stream from %s", c.Name, s.Name, s.Name, c.Name)
 	}
+	ts.Stopping = time.Now()
 	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.Dir, "-m", "fast", "-w", "-t", "60"); err != nil {
-		return fmt.Errorf("pgtest: switchover %s -> %s: pg_ctl stop: %w\n%s", c.Name, s.Name, err, out)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: pg_ctl stop: %w\n%s", c.Name, s.Name, err, out)
 	}
+	ts.Stopped = time.Now()
 	cd, err := c.controlData(ctx)
 	if err != nil {
-		return err
+		return ts, err
 	}
 	if st := cd["Database cluster state"]; st != "shut down" {
-		return fmt.Errorf("pgtest: switchover %s -> %s: after pg_ctl stop the cluster state is %q", c.Name, s.Name, st)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: after pg_ctl stop the cluster state is %q", c.Name, s.Name, st)
 	}
 	ckpt := cd["Latest checkpoint location"]
 	// pg_last_wal_replay_lsn() is the end of the last record replayed: past
@@ -230,12 +248,40 @@ func (c *Cluster) Switchover(ctx context.Context, s *Cluster) error {
 		return ok, err
 	})
 	if err != nil {
-		return fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
 	}
+	ts.Promoting = time.Now()
 	if err := s.Promote(ctx); err != nil {
-		return fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
+		return ts, fmt.Errorf("pgtest: switchover %s -> %s: %w", c.Name, s.Name, err)
 	}
-	return c.Demote(ctx, s)
+	ts.Promoted = time.Now()
+	if err := c.Demote(ctx, s); err != nil {
+		return ts, err
+	}
+	ts.Rejoined = time.Now()
+	return ts, nil
+}
+
+// AddSyncStandby makes standby s, which streams from c, a synchronous
+// standby of c, as StandbyOptions.Sync does for a new one: it adds s to c's
+// synchronous_standby_names, sets synchronous_commit = on, reloads c and
+// returns once c reports s as synchronous. After a switchover it makes the
+// new pair synchronous again.
+func (c *Cluster) AddSyncStandby(ctx context.Context, s *Cluster) error {
+	if err := c.addSyncStandby(ctx, s.Name); err != nil {
+		return err
+	}
+	return c.waitSync(ctx, s)
+}
+
+// waitSync waits until c reports standby s as synchronous.
+func (c *Cluster) waitSync(ctx context.Context, s *Cluster) error {
+	return poll(ctx, s.Name+" to be a synchronous standby of "+c.Name, func(ctx context.Context) (bool, error) {
+		var n int
+		err := c.adminQueryRow(ctx, `SELECT count(*) FROM pg_stat_replication
+			WHERE application_name = $1 AND sync_state IN ('sync', 'quorum')`, []any{s.Name}, &n)
+		return n == 1, err
+	})
 }
 
 // InRecovery reports pg_is_in_recovery().
@@ -473,7 +519,10 @@ func (c *Cluster) hba() string {
 // addSyncStandby adds name to c's synchronous_standby_names.
 func (c *Cluster) addSyncStandby(ctx context.Context, name string) error {
 	c.mu.Lock()
-	names := append(append([]string(nil), c.syncNames...), name)
+	names := append([]string(nil), c.syncNames...)
+	if !slices.Contains(names, name) {
+		names = append(names, name)
+	}
 	c.mu.Unlock()
 	quoted := make([]string, len(names))
 	for i, n := range names {

@@ -249,11 +249,19 @@ func TestSwitchover(t *testing.T) {
 		// No WaitReplayed: Switchover itself must not lose the commit.
 		put(t, ctx, step.from, "INSERT INTO kv VALUES ($1, 'before')", k)
 		t0 := time.Now()
-		if err := step.from.Switchover(ctx, step.to); err != nil {
+		ts, err := step.from.SwitchoverTimed(ctx, step.to)
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("switchover %s -> %s took %v (%s)", step.from.Name, step.to.Name,
 			time.Since(t0).Round(time.Millisecond), step.from.lastRejoin)
+		steps := []time.Time{t0, ts.Stopping, ts.Stopped, ts.Promoting, ts.Promoted, ts.Rejoined, time.Now()}
+		for j := 1; j < len(steps); j++ {
+			if steps[j].Before(steps[j-1]) {
+				t.Errorf("switchover times out of order: %+v", ts)
+				break
+			}
+		}
 		if step.from.lastRejoin != "none" {
 			t.Errorf("old primary rejoined by %q, want none (no rewind needed)", step.from.lastRejoin)
 		}
@@ -266,6 +274,21 @@ func TestSwitchover(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantValue(t, ctx, step.from, k, "after")
+		// The new pair is made synchronous again: a commit waits for the
+		// old primary, now the standby.
+		if err := step.to.AddSyncStandby(ctx, step.from); err != nil {
+			t.Fatal(err)
+		}
+		if err := step.to.AddSyncStandby(ctx, step.from); err != nil { // a second time changes nothing
+			t.Fatal(err)
+		}
+		var ssn string
+		if err := step.to.adminQueryRow(ctx, "SHOW synchronous_standby_names", nil, &ssn); err != nil {
+			t.Fatal(err)
+		}
+		if want := "ANY 1 (" + (pgx.Identifier{step.from.Name}).Sanitize() + ")"; ssn != want {
+			t.Errorf("synchronous_standby_names of %s = %q, want %q", step.to.Name, ssn, want)
+		}
 	}
 }
 

@@ -19,8 +19,15 @@ const AdminUser = "lpadmin"
 // ConsoleYAML is [AppsYAML] with [AdminUser] added to users and listed in
 // admin_users.
 func ConsoleYAML(c *pgtest.Cluster, serverMax int, top string, apps ...App) string {
-	y := AppsYAML(c, serverMax, "admin_users: "+AdminUser+"\n"+top, apps...)
-	return strings.Replace(y, "\nusers:\n", fmt.Sprintf("\nusers:\n  - name: %s\n    password: %s\n", AdminUser, Password), 1)
+	return WithConsoleUser(AppsYAML(c, serverMax, top, apps...))
+}
+
+// WithConsoleUser adds [AdminUser] (password [Password]) to the users of a
+// configuration written by [AppsYAML] or [HostsYAML], whose top lines do
+// not set admin_users, and lists it in admin_users.
+func WithConsoleUser(yaml string) string {
+	y := strings.Replace(yaml, "\nusers:\n", fmt.Sprintf("\nusers:\n  - name: %s\n    password: %s\n", AdminUser, Password), 1)
+	return "admin_users: " + AdminUser + "\n" + y
 }
 
 // StartConsole runs lockpool in-process with the configuration

@@ -13,7 +13,7 @@
 //     ([Lockpool]: DSN, URL, Connect, ConnectConfig, PsqlCmd, Metric,
 //     Pinned, Get);
 //   - the admin console: a configuration with an admin user ([AdminUser],
-//     [ConsoleYAML], [StartConsole]) and its commands from pgx and psql
+//     [ConsoleYAML], [WithConsoleUser], [StartConsole]) and its commands from pgx and psql
 //     ([Lockpool.ConsoleConnect], [ConsoleQuery], [Lockpool.PsqlConsole],
 //     [ConsoleResult]);
 //   - the password of every test role and user ([Password]), connection

@@ -17,6 +17,7 @@ import (
 // name the clusters' roles now; Switch swaps them.
 type Pair struct {
 	Primary, Standby *pgtest.Cluster
+	sync             bool // the standby is synchronous, also after Switch
 }
 
 // StartPair starts a fresh primary (not the shared cluster: failover tests
@@ -44,17 +45,25 @@ func StartPair(t *testing.T, sync bool) *Pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Destroy() })
-	return &Pair{Primary: p, Standby: s}
+	return &Pair{Primary: p, Standby: s, sync: sync}
 }
 
 // Switch is a switchover: the primary is stopped cleanly, the standby
-// promoted, and the old primary restarted as its standby.
-func (p *Pair) Switch(ctx context.Context) error {
-	if err := p.Primary.Switchover(ctx, p.Standby); err != nil {
-		return err
+// promoted, and the old primary restarted as its standby (synchronous
+// again if the pair was started so). It returns when each step happened
+// ([pgtest.SwitchoverTimes]).
+func (p *Pair) Switch(ctx context.Context) (pgtest.SwitchoverTimes, error) {
+	ts, err := p.Primary.SwitchoverTimed(ctx, p.Standby)
+	if err != nil {
+		return ts, err
 	}
 	p.Primary, p.Standby = p.Standby, p.Primary
-	return nil
+	if p.sync {
+		if err := p.Primary.AddSyncStandby(ctx, p.Standby); err != nil {
+			return ts, err
+		}
+	}
+	return ts, nil
 }
 
 // Exec runs sql as the superuser on the current primary's database db.
