@@ -305,23 +305,26 @@ func newHub(ctx context.Context) (*hub, error) {
 		}
 		h := &hub{r: r, name: fmt.Sprintf("lp%dh", r), rootDev: fmt.Sprintf("lp%dr", r), next: 1}
 		if err := tool(ctx, "ip", "route", "add", "blackhole", h.network()); err != nil {
+			if strings.Contains(err.Error(), "Operation not permitted") {
+				return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			}
 			lastErr = err
-			continue // claimed by someone else meanwhile (or we may not add routes)
+			continue // claimed by someone else meanwhile
 		}
-		err := h.build(ctx)
-		if err == nil {
-			return h, nil
+		if err := tool(ctx, "ip", "netns", "add", h.name); err != nil {
+			h.destroy()
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		h.destroy()
-		return nil, fmt.Errorf("%w: network namespace hub: %v", ErrUnavailable, err)
+		if err := h.build(ctx); err != nil {
+			h.destroy()
+			return nil, fmt.Errorf("pgtest: network namespace hub: %w", err)
+		}
+		return h, nil
 	}
-	return nil, fmt.Errorf("%w: no free 10.x.0.0/16 for network namespaces (last error: %v)", ErrUnavailable, lastErr)
+	return nil, fmt.Errorf("pgtest: no free 10.x.0.0/16 for network namespaces (last error: %v)", lastErr)
 }
 
 func (h *hub) build(ctx context.Context) error {
-	if err := tool(ctx, "ip", "netns", "add", h.name); err != nil {
-		return err
-	}
 	var err error
 	h.watch, err = startWatchdog("/", nil, `if read -r _; then exit 0; fi
 ip route del "$2"
@@ -337,7 +340,7 @@ ip netns del "$1"`, h.name, h.network())
 		{"ip", "-n", h.name, "link", "set", "lo", "up"},
 		{"ip", "-n", h.name, "addr", "add", hubEnd + "/30", "dev", "uplink"},
 		{"ip", "-n", h.name, "link", "set", "uplink", "up"},
-		{"ip", "netns", "exec", h.name, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
+		{"ip", "netns", "exec", h.name, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"},
 		{"ip", "route", "replace", h.network(), "via", hubEnd, "dev", h.rootDev},
 	}
 	for _, s := range steps {

@@ -165,13 +165,23 @@ func (c *Cluster) Demote(ctx context.Context, newPrimary *Cluster) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("pgtest: demote %s: pg_rewind: %w\n%s", c.Name, rewindErr, out)
 		}
+		// Into a new directory, so that c keeps its data if newPrimary
+		// cannot be reached either.
 		how = "pg_basebackup"
+		fresh := c.Dir + ".new"
+		if err := os.RemoveAll(fresh); err != nil {
+			return fmt.Errorf("pgtest: demote %s: %w", c.Name, err)
+		}
+		if err := c.basebackupTo(ctx, fresh, newPrimary, host); err != nil {
+			_ = os.RemoveAll(fresh)
+			return fmt.Errorf("pgtest: demote %s: pg_rewind failed (%v: %s), then %w",
+				c.Name, rewindErr, strings.TrimSpace(string(out)), err)
+		}
 		if err := os.RemoveAll(c.Dir); err != nil {
 			return fmt.Errorf("pgtest: demote %s: %w", c.Name, err)
 		}
-		if err := c.basebackup(ctx, newPrimary, host); err != nil {
-			return fmt.Errorf("pgtest: demote %s: pg_rewind failed (%v: %s), then %w",
-				c.Name, rewindErr, strings.TrimSpace(string(out)), err)
+		if err := os.Rename(fresh, c.Dir); err != nil {
+			return fmt.Errorf("pgtest: demote %s: %w", c.Name, err)
 		}
 	}
 	if err := c.configure(newPrimary); err != nil {
@@ -319,6 +329,11 @@ func (c *Cluster) flushedLSN(ctx context.Context) (string, error) {
 // to ” (ALTER SYSTEM, pg_reload_conf()) and waits until
 // pg_stat_wal_receiver is empty.
 func (c *Cluster) StopWALReceiver(ctx context.Context) error {
+	if in, err := c.InRecovery(ctx); err != nil {
+		return err
+	} else if !in {
+		return fmt.Errorf("pgtest: stop WAL receiver: %s is not a standby", c.Name)
+	}
 	if err := c.adminExec(ctx, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"); err != nil {
 		return err
 	}
@@ -349,8 +364,12 @@ func (c *Cluster) StartWALReceiver(ctx context.Context) error {
 // basebackup copies primary into c.Dir (which must not exist) with
 // pg_basebackup -R, connecting to host.
 func (c *Cluster) basebackup(ctx context.Context, primary *Cluster, host string) error {
+	return c.basebackupTo(ctx, c.Dir, primary, host)
+}
+
+func (c *Cluster) basebackupTo(ctx context.Context, dir string, primary *Cluster, host string) error {
 	dsn := fmt.Sprintf("host=%s port=%d user=postgres sslmode=disable connect_timeout=10", host, primary.Port)
-	out, err := c.run(ctx, "pg_basebackup", "-D", c.Dir, "-d", dsn,
+	out, err := c.run(ctx, "pg_basebackup", "-D", dir, "-d", dsn,
 		"-X", "stream", "-c", "fast", "-R", "--no-sync")
 	if err != nil {
 		return fmt.Errorf("pg_basebackup from %s: %w\n%s", primary.Name, err, out)

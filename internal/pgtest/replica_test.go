@@ -205,6 +205,29 @@ func TestPromote(t *testing.T) {
 	if err := os.Remove(p.Dir + "/global/pg_control"); err != nil {
 		t.Fatal(err)
 	}
+	// While the new primary refuses replication connections the base
+	// backup fails too, and the old data directory stays.
+	noRepl := "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+	if err := s.writeFile(s.Dir+"/pg_hba.conf", noRepl, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.adminExec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Demote(ctx, s); err == nil || !strings.Contains(err.Error(), "pg_basebackup") {
+		t.Fatalf("Demote with no way to copy the new primary: %v", err)
+	}
+	for _, f := range []string{p.Dir + "/PG_VERSION", p.Dir + ".new"} {
+		if _, err := os.Stat(f); os.IsNotExist(err) != strings.HasSuffix(f, ".new") {
+			t.Fatalf("after the failed Demote: %s: %v", f, err)
+		}
+	}
+	if err := s.writeFile(s.Dir+"/pg_hba.conf", s.hba(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.adminExec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Demote(ctx, s); err != nil {
 		t.Fatal(err)
 	}
