@@ -19,7 +19,14 @@ const AdminUser = "lpadmin"
 // ConsoleYAML is [AppsYAML] with [AdminUser] added to users and listed in
 // admin_users.
 func ConsoleYAML(c *pgtest.Cluster, serverMax int, top string, apps ...App) string {
-	y := AppsYAML(c, serverMax, "admin_users: "+AdminUser+"\n"+top, apps...)
+	return WithConsole(AppsYAML(c, serverMax, top, apps...))
+}
+
+// WithConsole adds [AdminUser] to the users of a configuration [AppsYAML]
+// (or [HostsYAML]) wrote, and lists it in admin_users, which top must not
+// set.
+func WithConsole(yaml string) string {
+	y := "admin_users: " + AdminUser + "\n" + yaml
 	return strings.Replace(y, "\nusers:\n", fmt.Sprintf("\nusers:\n  - name: %s\n    password: %s\n", AdminUser, Password), 1)
 }
 
