@@ -10,7 +10,8 @@
 //     host whose check fails is down until a check answers again.
 //   - The status of every host ([Status]): role, up, lag, generation. A
 //     status is an immutable value behind an atomic pointer, so [Monitor.Usable]
-//     costs two atomic loads on the path of every transaction.
+//     costs two atomic loads on the path of every transaction (one more
+//     per host for a prefer-standby connection to the primary).
 //   - The current primary: the one host that is up and not in recovery.
 //     With none, or with two or more (split brain), there is no primary:
 //     [Monitor.Route] waits for one and lockpool uses none of the claimants.

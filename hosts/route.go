@@ -52,17 +52,35 @@ func (m *Monitor) fits(s *Status, t Target, primary bool) bool {
 
 // Usable reports whether a connection dialed to e may start a transaction
 // now for target t: its host's generation is still the one it was dialed
-// in, and the host still fits t (the primary for target primary; a
-// standby that answers within max_lag for the standby targets).
+// in, and the host still fits t (the primary for targets primary and any,
+// and for prefer-standby only while no standby qualifies: it is that
+// target's fallback; a standby that answers within max_lag for the
+// standby targets).
 func (m *Monitor) Usable(e Endpoint, t Target) bool {
 	s := e.Host.status.Load()
 	if s.Gen != e.Gen || s.Refused {
 		return false
 	}
 	if s.Role == RolePrimary {
-		return t.Kind != config.TargetStandby
+		switch t.Kind {
+		case config.TargetStandby:
+			return false
+		case config.TargetPreferStandby:
+			return !m.standbyFits(t)
+		}
+		return true
 	}
 	return t.Kind != config.TargetPrimary && s.Up && s.Lag <= t.MaxLag
+}
+
+// standbyFits reports whether a standby may take new work of t now.
+func (m *Monitor) standbyFits(t Target) bool {
+	for _, h := range m.hosts {
+		if s := h.status.Load(); s.Role == RoleStandby && m.fits(s, t, false) {
+			return true
+		}
+	}
+	return false
 }
 
 // Route returns a host for a new connection of target t: the primary for

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -251,7 +250,7 @@ func TestFailoverCrash(t *testing.T) {
 	if got := lp.Metric("lockpool_failovers_total", nil); got != 1 {
 		t.Errorf("lockpool_failovers_total = %v, want 1", got)
 	}
-	newAddr := fmt.Sprintf("%s:%d", pair.Primary.Host, pair.Primary.Port)
+	newAddr := testenv.Addr(pair.Primary)
 	if got := lp.Metric("lockpool_host_role", map[string]string{"host": newAddr, "role": "primary"}); got != 1 {
 		t.Errorf("lockpool_host_role{host=%s,role=primary} = %v, want 1", newAddr, got)
 	}

@@ -19,15 +19,15 @@ const AdminUser = "lpadmin"
 // ConsoleYAML is [AppsYAML] with [AdminUser] added to users and listed in
 // admin_users.
 func ConsoleYAML(c *pgtest.Cluster, serverMax int, top string, apps ...App) string {
-	return WithConsoleUser(AppsYAML(c, serverMax, top, apps...))
+	return WithConsole(AppsYAML(c, serverMax, top, apps...))
 }
 
-// WithConsoleUser adds [AdminUser] (password [Password]) to the users of a
-// configuration written by [AppsYAML] or [HostsYAML], whose top lines do
-// not set admin_users, and lists it in admin_users.
-func WithConsoleUser(yaml string) string {
-	y := strings.Replace(yaml, "\nusers:\n", fmt.Sprintf("\nusers:\n  - name: %s\n    password: %s\n", AdminUser, Password), 1)
-	return "admin_users: " + AdminUser + "\n" + y
+// WithConsole adds [AdminUser] to the users of a configuration [AppsYAML]
+// (or [HostsYAML]) wrote, and lists it in admin_users, which top must not
+// set.
+func WithConsole(yaml string) string {
+	y := "admin_users: " + AdminUser + "\n" + yaml
+	return strings.Replace(y, "\nusers:\n", fmt.Sprintf("\nusers:\n  - name: %s\n    password: %s\n", AdminUser, Password), 1)
 }
 
 // StartConsole runs lockpool in-process with the configuration

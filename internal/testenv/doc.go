@@ -12,8 +12,12 @@
 //     ([StartYAML], [UserYAML]); and what a test does with a running one
 //     ([Lockpool]: DSN, URL, Connect, ConnectConfig, PsqlCmd, Metric,
 //     Pinned, Get);
+//   - failover: a primary and its standby ([StartPair], [StartPairWith],
+//     [Pair]; the primary in a network namespace to partition it), a
+//     configuration over both ([HostsYAML]) and lockpool's view of them
+//     ([Lockpool.Hosts], [HostRow], [Addr]);
 //   - the admin console: a configuration with an admin user ([AdminUser],
-//     [ConsoleYAML], [WithConsoleUser], [StartConsole]) and its commands from pgx and psql
+//     [ConsoleYAML], [WithConsole], [StartConsole]) and its commands from pgx and psql
 //     ([Lockpool.ConsoleConnect], [ConsoleQuery], [Lockpool.PsqlConsole],
 //     [ConsoleResult]);
 //   - the password of every test role and user ([Password]), connection

@@ -2,14 +2,18 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/proxy/console"
 )
 
 // Pair is a primary and its streaming standby, started for one test: role
@@ -26,26 +30,49 @@ type Pair struct {
 // destroyed when the test ends.
 func StartPair(t *testing.T, sync bool) *Pair {
 	t.Helper()
-	pgtest.Require(t)
+	return StartPairWith(t, PairOptions{Sync: sync})
+}
+
+// PairOptions configure [StartPairWith].
+type PairOptions struct {
+	// Sync makes the standby synchronous.
+	Sync bool
+	// NetNS starts the primary in a network namespace of its own
+	// ([pgtest.RequireNetNS]: the test skips where namespaces are not
+	// available), so that [pgtest.Cluster.Partition] can cut it off; the
+	// standby runs in the root namespace, as lockpool does, and reaches
+	// the primary through the namespaces' hub.
+	NetNS bool
+}
+
+// StartPairWith is [StartPair] with options.
+func StartPairWith(t *testing.T, o PairOptions) *Pair {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := pgtest.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var p *pgtest.Cluster
+	if o.NetNS {
+		p = pgtest.RequireNetNS(t) // destroyed when t ends
+	} else {
+		pgtest.Require(t)
+		var err error
+		if p, err = pgtest.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Destroy() })
 	}
-	t.Cleanup(func() { _ = p.Destroy() })
 	if err := p.CreateRole(ctx, "app", Password); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.CreateDatabase(ctx, "appdb", "app"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := p.StartStandby(ctx, pgtest.StandbyOptions{Sync: sync})
+	s, err := p.StartStandby(ctx, pgtest.StandbyOptions{Sync: o.Sync})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Destroy() })
-	return &Pair{Primary: p, Standby: s, sync: sync}
+	return &Pair{Primary: p, Standby: s, sync: o.Sync}
 }
 
 // Switch is a switchover: the primary is stopped cleanly, the standby
@@ -82,7 +109,7 @@ func HostsYAML(hosts []*pgtest.Cluster, serverMax int, top, serverExtra string, 
 	y := AppsYAML(hosts[0], serverMax, top, apps...)
 	var list []string
 	for _, c := range hosts {
-		list = append(list, fmt.Sprintf("'%s:%d'", c.Host, c.Port))
+		list = append(list, "'"+Addr(c)+"'")
 	}
 	old := fmt.Sprintf("server:\n  host: %s\n  port: %d\n", hosts[0].Host, hosts[0].Port)
 	repl := "server:\n  hosts: [" + strings.Join(list, ", ") + "]\n"
@@ -91,3 +118,33 @@ func HostsYAML(hosts []*pgtest.Cluster, serverMax int, top, serverExtra string, 
 	}
 	return strings.Replace(y, old, repl, 1)
 }
+
+// Hosts is lockpool's /debug/hosts (SHOW HOSTS as JSON).
+func (l *Lockpool) Hosts() []console.HostRow {
+	l.t.Helper()
+	code, body := l.Get("/debug/hosts")
+	if code != http.StatusOK {
+		l.t.Fatalf("/debug/hosts: %d %s", code, body)
+	}
+	var rows []console.HostRow
+	if err := json.Unmarshal([]byte(body), &rows); err != nil {
+		l.t.Fatalf("/debug/hosts: %v\n%s", err, body)
+	}
+	return rows
+}
+
+// HostRow is the row of c in hosts (as [Lockpool.Hosts] returns them), or
+// a row with only Host set when there is none.
+func HostRow(hosts []console.HostRow, c *pgtest.Cluster) console.HostRow {
+	addr := Addr(c)
+	for _, h := range hosts {
+		if h.Host == addr {
+			return h
+		}
+	}
+	return console.HostRow{Host: addr}
+}
+
+// Addr is c's host:port as lockpool's server.hosts, logs, metrics and SHOW
+// HOSTS name it.
+func Addr(c *pgtest.Cluster) string { return fmt.Sprintf("%s:%d", c.Host, c.Port) }
