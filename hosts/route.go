@@ -20,11 +20,12 @@ type Target struct {
 	MaxLag time.Duration // a standby lagging more is not used
 }
 
-// Endpoint is the host a server connection was dialed to and the host's
-// generation then.
+// Endpoint is the host a server connection was dialed to, the host's
+// generation then, and whether it was a standby then.
 type Endpoint struct {
-	Host *Host
-	Gen  uint64
+	Host    *Host
+	Gen     uint64
+	Standby bool
 }
 
 // Addr is the endpoint's address.
@@ -118,7 +119,7 @@ func (m *Monitor) pickLocked(t Target) (Endpoint, bool) {
 		return Endpoint{}, false
 	}
 	var best *Host
-	var bestGen uint64
+	var bestStatus *Status
 	n := len(m.hosts)
 	start := int(m.rr.Add(1) % uint64(n))
 	for i := range n {
@@ -129,16 +130,16 @@ func (m *Monitor) pickLocked(t Target) (Endpoint, bool) {
 			continue
 		}
 		if best == nil || h.conns.Load() < best.conns.Load() {
-			best, bestGen = h, s.Gen
+			best, bestStatus = h, s
 		}
 	}
 	if best == nil && t.Kind == config.TargetPreferStandby && m.primary != nil {
-		best, bestGen = m.primary, m.primary.status.Load().Gen
+		best, bestStatus = m.primary, m.primary.status.Load()
 	}
 	if best == nil {
 		return Endpoint{}, false
 	}
-	return Endpoint{Host: best, Gen: bestGen}, true
+	return Endpoint{Host: best, Gen: bestStatus.Gen, Standby: bestStatus.Role == RoleStandby}, true
 }
 
 // noHost is the 53300 for a Route that found no host in time.

@@ -71,7 +71,8 @@
 // target. Revalidate, which the monitor's changes call, closes the idle
 // connections that are not, and shuts down the sockets of connections in
 // use on a host whose generation changed (Conn.Retired then tells their
-// sessions why). The leak sweep checks only connections to the primary
+// sessions why), except on a standby that is now the primary, where a
+// session goes on as a direct one does. The leak sweep checks only connections to the primary
 // (route.go).
 //
 // # Run-time limits

@@ -32,8 +32,21 @@ func TestMain(m *testing.M) {
 }
 
 // query runs sql with the simple protocol on c and returns the first column
-// of each row, or the server's error.
+// of each row, or the server's error; c must be idle in no transaction
+// after it.
 func query(t *testing.T, c *Conn, sql string) ([]string, error) {
+	t.Helper()
+	rows, status, qerr := exchange(t, c, sql)
+	if status != 'I' {
+		t.Fatalf("transaction status %c", status)
+	}
+	return rows, qerr
+}
+
+// exchange runs sql with the simple protocol on c and returns the first
+// column of each row, the transaction status after it and the server's
+// error.
+func exchange(t *testing.T, c *Conn, sql string) ([]string, byte, error) {
 	t.Helper()
 	fe := pgproto3.NewFrontend(c.Reader, c.Net)
 	fe.Send(&pgproto3.Query{String: sql})
@@ -53,10 +66,7 @@ func query(t *testing.T, c *Conn, sql string) ([]string, error) {
 		case *pgproto3.ErrorResponse:
 			qerr = pgconn.ErrorResponseToPgError(msg)
 		case *pgproto3.ReadyForQuery:
-			if msg.TxStatus != 'I' {
-				t.Fatalf("transaction status %c", msg.TxStatus)
-			}
-			return rows, qerr
+			return rows, msg.TxStatus, qerr
 		}
 	}
 }

@@ -79,12 +79,15 @@ func finalDial(err error) bool {
 // usable, and ends the in-use ones whose host changed generation (it
 // stopped being the primary, changed role, or takes part in a split
 // brain): their sockets are shut down, so their sessions see the server
-// connection end (Conn.Retired tells them why). hosts.Monitor's OnChange
-// calls it.
+// connection end (Conn.Retired tells them why). The exception is a standby
+// promoted to be the primary: a session on it goes on as a direct session
+// to it would, and its connection is closed when it comes back idle.
+// hosts.Monitor's OnChange calls it.
 func (m *Manager) Revalidate() {
 	if m.hosts == nil {
 		return
 	}
+	primary, hasPrimary := m.hosts.KnownPrimary()
 	var toClose []*Conn
 	var kill []*Conn
 	m.mu.Lock()
@@ -98,7 +101,8 @@ func (m *Manager) Revalidate() {
 			delete(m.live, c) // an evicted conn, closed outside finishClose
 			continue
 		}
-		if c.state == stateInUse && c.ep.Host != nil && c.ep.Host.Status().Gen != c.ep.Gen {
+		if c.state == stateInUse && c.ep.Host != nil && c.ep.Host.Status().Gen != c.ep.Gen &&
+			!(c.ep.Standby && hasPrimary && c.ep.Addr() == primary) {
 			kill = append(kill, c)
 		}
 	}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/hosts"
+	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/pgtest"
 )
 
@@ -105,4 +107,114 @@ func TestDialRacingRoleChange(t *testing.T) {
 		t.Fatal("Acquire found a primary where there is none")
 	}
 	t.Logf("Acquire: %v (after %d dial attempts)", err, gated.Load())
+}
+
+// TestPromotedStandbyKeepsSessions: a transaction of a target standby
+// application is open on the standby when the primary stops and the
+// standby is promoted. As on a direct connection to the standby, it goes
+// on and commits: the pool does not end it, though the host changed role.
+// Once back, the connection is closed (the host is no standby any more),
+// and the next Acquire for target standby finds none and fails with 53300.
+func TestPromotedStandbyKeepsSessions(t *testing.T) {
+	pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pc, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Destroy()
+	if err := pc.CreateRole(ctx, pgRole, pgPassword); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.CreateDatabase(ctx, pgDB, pgRole); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := pc.StartStandby(ctx, pgtest.StandbyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	primary := config.HostAddr{Host: pc.Host, Port: pc.Port}
+	standby := config.HostAddr{Host: sb.Host, Port: sb.Port}
+
+	var m *Manager
+	mon, err := hosts.New(hosts.Options{
+		Hosts:    []config.HostAddr{primary, standby},
+		Interval: 50 * time.Millisecond,
+		Timeout:  2 * time.Second,
+		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
+			c := pc
+			if a == standby {
+				c = sb
+			}
+			return pgconn.Connect(ctx, c.SuperuserDSN("postgres"))
+		},
+		OnChange: func(hosts.Change) {
+			if m != nil {
+				m.Revalidate()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon.Start()
+	defer mon.Close()
+	if p, err := mon.Primary(ctx); err != nil || p != primary {
+		t.Fatalf("monitor's primary = %v, %v; want %v", p, err, primary)
+	}
+
+	server := config.Server{Host: pc.Host, Port: pc.Port, MaxConnections: 5, IdleTimeout: time.Hour, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second}
+	apps := []AppConfig{{Name: "reads", User: pgRole, Password: pgPassword, MaxConnections: 2, WaitTimeout: 500 * time.Millisecond,
+		Target: hosts.Target{Kind: config.TargetStandby, MaxLag: time.Hour}}}
+	m, err = New(Options{Server: server, Apps: apps, Hosts: mon, janitorInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	c, err := m.Acquire(ctx, "reads", pgDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, status, err := exchange(t, c, "BEGIN; SELECT pg_is_in_recovery()::text"); err != nil || status != 'T' || len(rows) != 1 || rows[0] != "true" {
+		t.Fatalf("BEGIN on the standby: %v %c %v", rows, status, err)
+	}
+
+	if err := pc.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if p, ok := mon.KnownPrimary(); ok && p == standby {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the monitor never found the promoted standby")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	m.Revalidate() // as the monitor's OnChange does, now for certain
+
+	rows, status, err := exchange(t, c, "SELECT pg_is_in_recovery()::text")
+	if err != nil || status != 'T' || len(rows) != 1 || rows[0] != "false" {
+		t.Fatalf("the transaction on the promoted standby: %v %c %v; want false in a transaction", rows, status, err)
+	}
+	if _, status, err := exchange(t, c, "COMMIT"); err != nil || status != 'I' {
+		t.Fatalf("COMMIT: %c %v", status, err)
+	}
+	if c.Retired() {
+		t.Fatal("the connection was retired")
+	}
+	m.Release(c)
+
+	_, err = m.Acquire(ctx, "reads", pgDB)
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.Code != pgerr.TooManyConnections {
+		t.Fatalf("Acquire for target standby with no standby: %v; want 53300", err)
+	}
 }
