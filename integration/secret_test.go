@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lockpool/lockpool/internal/pgtest"
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // secretVerifier creates role with password on c and returns the SCRAM
@@ -63,7 +64,6 @@ func secretYAML(c *pgtest.Cluster, top string, users ...string) string {
 // verifier logs in through lockpool from psql and pgx, and lockpool logs in
 // to the server with the client's proof (SCRAM pass-through).
 func TestSecretSCRAMVerifierPassThrough(t *testing.T) {
-	// The lead removes this skip once pool/passthrough.go is wired into the proxy.
 	t.Parallel()
 	c := pgtest.Require(t)
 	const role, pw = "secpass", "pass-through-pw-81x"
@@ -107,17 +107,105 @@ func TestSecretSCRAMVerifierClientAuth(t *testing.T) {
 		t.Errorf("wrong password: %q (hint %q): want lockpool's own client-auth failure", pe.Message, pe.Hint)
 	}
 	conn, err := pgx.Connect(ctx, dsn(pw))
-	if err == nil {
-		conn.Close(ctx)
-		return
+	if err != nil {
+		t.Fatalf("the right password: %v", err)
 	}
-	// Until pass-through is wired, lockpool has no password for the server
-	// login: the failure must then be the server login, not client auth.
-	pe = pgErr(t, err, "28P01")
-	if !strings.Contains(pe.Hint, "could not log in to PostgreSQL") {
-		t.Errorf("right password refused by lockpool's client auth: %q (hint %q)", pe.Message, pe.Hint)
+	conn.Close(ctx)
+}
+
+// TestSecretSCRAMVerifierOwnConnections: with a user configured by its
+// SCRAM verifier only, lockpool's own connections log in with what a
+// client's login proved: the host checks of server.hosts, the leak sweep
+// (it finds a lock taken where the lexer cannot see it), the lock
+// connections of advisory_locks: hold, the lease store and LISTEN. None of
+// them fails once a client has logged in (lockpool_background_task_failing
+// stays 0).
+func TestSecretSCRAMVerifierOwnConnections(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Require(t)
+	const role, pw = "secown", "own-conns-pw-52k"
+	v := secretVerifier(t, c, role, pw)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	su := superConn(t, "postgres")
+	if _, err := su.Exec(ctx, `GRANT CREATE ON DATABASE postgres TO `+role+`;
+CREATE OR REPLACE FUNCTION public.secown_take(k bigint) RETURNS int
+  LANGUAGE plpgsql AS $f$BEGIN PERFORM pg_advisory_lock(k); RETURN pg_backend_pid(); END$f$`); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("right password: client auth passed; server login (no pass-through yet): %v", err)
+	yaml := secretYAML(c, "", role, v)
+	yaml = strings.Replace(yaml, fmt.Sprintf("  host: %s\n  port: %d\n", c.Host, c.Port),
+		fmt.Sprintf("  hosts: ['%s:%d']\n  health_check_interval: 200ms\n", c.Host, c.Port), 1)
+	l, log := startYAML(t, yaml)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("lockpool log:\n%s", log.String())
+		}
+	})
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=postgres sslmode=disable", l.port, role, pw)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	defer conn.Close(context.Background())
+
+	// A server connection needs the primary, which the host checks find
+	// once they log in with the client's proof.
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT secown_take(7700001)").Scan(&pid); err != nil {
+		t.Fatalf("through lockpool: %v", err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the leak sweep to close the connection with the hidden lock", func() bool {
+		var n int
+		if err := su.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0 && l.metric("lockpool_leaked_locks_total", map[string]string{"app": role}) == 1
+	})
+
+	// advisory_locks: hold — the lock lives on a lock connection.
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(7700002)").Scan(&got); err != nil || !got {
+		t.Fatalf("pg_try_advisory_lock through lockpool: %v, %v", got, err)
+	}
+	var holder string
+	if err := su.QueryRow(ctx, `SELECT a.usename FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.objid = 7700002`).Scan(&holder); err != nil || holder != role {
+		t.Fatalf("the held lock's backend logs in as %q (%v), want %q", holder, err, role)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock(7700002)"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Leases.
+	var token *int64
+	if err := conn.QueryRow(ctx, "SELECT lease_acquire('secown', 30)").Scan(&token); err != nil || token == nil || *token <= 0 {
+		t.Fatalf("lease_acquire: %v, %v", token, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT lease_release('secown')"); err != nil {
+		t.Fatal(err)
+	}
+
+	// LISTEN, served by lockpool's listener connection.
+	if _, err := conn.Exec(ctx, "LISTEN secown_ch"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := su.Exec(ctx, "NOTIFY secown_ch, 'hello'"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	n, err := conn.WaitForNotification(wctx)
+	wcancel()
+	if err != nil || n.Channel != "secown_ch" || n.Payload != "hello" {
+		t.Fatalf("notification: %+v, %v", n, err)
+	}
+
+	if v := l.metric("lockpool_background_task_failing", map[string]string{"task": "leak_sweep"}); v != 0 {
+		t.Errorf("lockpool_background_task_failing{leak_sweep} = %v, want 0", v)
+	}
+	if v := l.metric("lockpool_host_role", map[string]string{"host": fmt.Sprintf("%s:%d", c.Host, c.Port), "role": "primary"}); v != 1 {
+		t.Errorf("lockpool_host_role{primary} = %v, want 1: the host checks never logged in", v)
+	}
 }
 
 // TestSecretNotInLogsDebugMetrics: passwords, verifier parts and the admin

@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// taskLeakSweep names the leak sweep in taskHealth.
+const taskLeakSweep = "leak_sweep"
+
 // startBackground starts the leak sweep and the long-pin log.
 func (s *Server) startBackground() {
 	s.sweeper.Add(2)
@@ -25,7 +28,6 @@ func (s *Server) startBackground() {
 // unpinned server connections that hold advisory locks (taken where the
 // lexer cannot see, such as inside a function) are closed.
 func (s *Server) sweepLoop(ctx context.Context) {
-	failing := false
 	for {
 		iv := s.rc.Load().cfg.LeakCheckInterval
 		if iv <= 0 {
@@ -50,16 +52,10 @@ func (s *Server) sweepLoop(ctx context.Context) {
 		_, err := s.SweepLeaks(ctx)
 		switch {
 		case ctx.Err() != nil:
-		case err != nil && !failing:
-			// Once per run of failures: an outage is also logged (once) as
-			// "PostgreSQL unreachable".
-			failing = true
-			s.log.Warn("leak sweep failed", "err", err)
 		case err != nil:
-			s.log.Debug("leak sweep failed again", "err", err)
-		case failing:
-			failing = false
-			s.log.Info("leak sweep works again")
+			s.tasks.failed(taskLeakSweep, err)
+		default:
+			s.tasks.ok(taskLeakSweep)
 		}
 	}
 }

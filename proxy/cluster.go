@@ -35,7 +35,7 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 		return nil
 	}
 	cc := cfg.Cluster
-	connCfg := ownConnConfig(cfg, s.Config, s.hosts)
+	connCfg := ownConnConfig(cfg, s.Config, s.hosts, s.scramKeys)
 	s.signalKey = newSignalKey()
 	c, err := cluster.New(cluster.Options{
 		Cluster:    cc.Name,

@@ -35,8 +35,7 @@ func (h *healthProbe) adminConn(ctx context.Context, s *Server) (*pgconn.PgConn,
 	}
 	pc.Host = cfg.Server.Host
 	pc.Port = uint16(cfg.Server.Port)
-	pc.User = user
-	pc.Password = pw
+	ownAuth(pc, user, pw, s.scramKeys)
 	pc.Database = db
 	pc.ConnectTimeout = time.Second
 	pc.RuntimeParams = map[string]string{"application_name": "lockpool-admin"}

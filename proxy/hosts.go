@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -10,13 +12,14 @@ import (
 
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/hosts"
+	"github.com/lockpool/lockpool/pool"
 )
 
 // newHostMonitor returns the monitor of server.hosts, or nil when the
 // configuration names its one server with host and port (then lockpool
 // dials it as it is, whatever its role). onChange runs after every change
 // the monitor finds (the Server's onHostChange).
-func newHostMonitor(cfg *config.Config, log *slog.Logger, reg prometheus.Registerer, onChange func(hosts.Change)) (*hosts.Monitor, error) {
+func newHostMonitor(cfg *config.Config, keys scramKeysFunc, log *slog.Logger, reg prometheus.Registerer, onChange func(hosts.Change)) (*hosts.Monitor, error) {
 	if cfg.Server.HostList == "" {
 		return nil, nil
 	}
@@ -36,7 +39,9 @@ func newHostMonitor(cfg *config.Config, log *slog.Logger, reg prometheus.Registe
 				return nil, err
 			}
 			pc.Host, pc.Port = addr.Host, uint16(addr.Port)
-			pc.User, pc.Password, pc.Database = ownLogin(cfg)
+			user, pw, db := ownLogin(cfg)
+			ownAuth(pc, user, pw, keys)
+			pc.Database = db
 			pc.ConnectTimeout = srv.ConnectTimeout
 			pc.RuntimeParams = map[string]string{"application_name": "lockpool-health"}
 			pc.DialFunc = dialer.DialContext
@@ -46,7 +51,8 @@ func newHostMonitor(cfg *config.Config, log *slog.Logger, reg prometheus.Registe
 }
 
 // ownLogin is lockpool's own login for its checks: the first application
-// user with a plaintext password, else the auth_query role.
+// user with a plaintext password, else the auth_query role, else the first
+// application's user (with its verifier: see ownAuth).
 func ownLogin(cfg *config.Config) (user, password, database string) {
 	user, database = cfg.Applications[0].User, cfg.Applications[0].Database
 	found := false
@@ -56,7 +62,7 @@ func ownLogin(cfg *config.Config) (user, password, database string) {
 			break
 		}
 	}
-	if !found && cfg.AuthQuery != nil {
+	if !found && cfg.AuthQuery != nil && cfg.AuthQuery.Password != "" {
 		user, password, database = cfg.AuthQuery.User, cfg.AuthQuery.Password, cfg.AuthQuery.Database
 	}
 	if database == "" {
@@ -91,5 +97,39 @@ func routeOwn(pc *pgconn.Config, mon *hosts.Monitor, srv config.Server) {
 func (s *Server) onHostChange(ch hosts.Change) {
 	if s.pool != nil {
 		s.pool.Revalidate()
+	}
+}
+
+// scramKeysFunc returns the SCRAM pass-through keys learned for a user
+// from a client's login (Server.scramKeys).
+type scramKeysFunc func(user string) (pool.SCRAMKeys, bool)
+
+// ownAuth sets how one of lockpool's own connections logs in as user: with
+// password when it is one, else (a SCRAM verifier, or none configured)
+// answering the server's SCRAM request with the keys a client's SCRAM
+// login as user proved. Before any client has logged in as user, such a
+// login fails with an error that says so.
+func ownAuth(pc *pgconn.Config, user, password string, keys scramKeysFunc) {
+	pc.User = user
+	if password != "" && !strings.HasPrefix(password, "SCRAM-SHA-256$") {
+		pc.Password = password
+		return
+	}
+	pc.Password = ""
+	next := pc.AfterNetConnect
+	pc.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, nc net.Conn) (net.Conn, error) {
+		if next != nil {
+			var err error
+			if nc, err = next(ctx, cfg, nc); err != nil {
+				return nil, err
+			}
+		}
+		return pool.PassThroughLogin(nc, func() (pool.SCRAMKeys, error) {
+			if k, ok := keys(user); ok {
+				return k, nil
+			}
+			return pool.SCRAMKeys{}, fmt.Errorf("lockpool: user %q is configured with a SCRAM verifier, not a password, and no client has logged in as it yet: "+
+				"lockpool's own connections log in with what a client's SCRAM login proves (give the user a password for them to work before that)", user)
+		}), nil
 	}
 }

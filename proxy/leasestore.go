@@ -63,14 +63,14 @@ func (l leaseSessionAdapter) List(ctx context.Context) ([]LeaseRow, error) {
 // newLeaseStore builds the lease store lockpool serves lease_* from. Its
 // connections log in as the first application user configured for the
 // database (or any database).
-func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
+func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, keys scramKeysFunc, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
 	st, err := lease.New(lease.Options{
 		Schema:         cfg.Leases.Schema,
 		MaxConnections: cfg.Leases.MaxConnections,
 		InstanceID:     cfg.InstanceID,
 		Logger:         log,
 		Registerer:     reg,
-		ConnConfig:     ownConnConfig(cfg, current, mon),
+		ConnConfig:     ownConnConfig(cfg, current, mon, keys),
 	})
 	if err != nil {
 		return nil, err
@@ -84,10 +84,11 @@ func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts
 // database). The server's address and TLS are started's (keys a reload
 // does not apply); the user, its password and connect_timeout are those
 // of the configuration in force, current(), so that a reload that changes
-// a password reaches these connections too.
+// a password reaches these connections too. A user with a SCRAM verifier
+// only logs in with the keys a client's login proved (ownAuth).
 //
 // With server.hosts they go to the primary the monitor follows (routeOwn).
-func ownConnConfig(started *config.Config, current func() *config.Config, mon *hosts.Monitor) func(database string) (*pgx.ConnConfig, error) {
+func ownConnConfig(started *config.Config, current func() *config.Config, mon *hosts.Monitor, keys scramKeysFunc) func(database string) (*pgx.ConnConfig, error) {
 	return func(database string) (*pgx.ConnConfig, error) {
 		cfg := current()
 		var app *config.Application
@@ -109,10 +110,11 @@ func ownConnConfig(started *config.Config, current func() *config.Config, mon *h
 		}
 		pc.Host = started.Server.Host
 		pc.Port = uint16(started.Server.Port)
-		pc.User = app.User
+		pw := ""
 		if u, ok := cfg.UserByName(app.User); ok {
-			pc.Password = u.Password
+			pw = u.Password
 		}
+		ownAuth(&pc.Config, app.User, pw, keys)
 		pc.Database = database
 		pc.ConnectTimeout = cfg.Server.ConnectTimeout
 		routeOwn(&pc.Config, mon, started.Server)
@@ -122,11 +124,11 @@ func ownConnConfig(started *config.Config, current func() *config.Config, mon *h
 
 // newLockManager builds the holder of advisory_locks: hold. Its lock
 // connections log in as lockpool's lease connections do (ownConnConfig).
-func newLockManager(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, log *slog.Logger) (*advisory.Manager, error) {
+func newLockManager(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, keys scramKeysFunc, log *slog.Logger) (*advisory.Manager, error) {
 	return advisory.New(advisory.Options{
 		MaxConnections: cfg.Locks.MaxConnections,
 		MaxWaiters:     cfg.Locks.MaxWaiters,
-		ConnConfig:     ownConnConfig(cfg, current, mon),
+		ConnConfig:     ownConnConfig(cfg, current, mon, keys),
 		Logger:         log,
 	})
 }

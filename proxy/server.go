@@ -71,6 +71,7 @@ type Server struct {
 	metrics *appstate.Metrics
 	tlsConf *tls.Config
 	health  healthProbe
+	tasks   *taskHealth
 	authq   authLookup
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
 	startupChecks startupparam.Cache
@@ -147,6 +148,7 @@ func New(opts Options) (*Server, error) {
 	_, _ = rand.Read(pid[:])
 	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
 	s.metrics = appstate.NewMetrics(opts.Registerer)
+	s.tasks = newTaskHealth(logger, opts.Registerer, map[string]string{taskLeakSweep: "leak sweep"})
 	rc, err := s.buildRuntime(opts.Config)
 	if err != nil {
 		return nil, err
@@ -155,7 +157,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.rc.Store(rc)
-	if s.hosts, err = newHostMonitor(opts.Config, logger, opts.Registerer, s.onHostChange); err != nil {
+	if s.hosts, err = newHostMonitor(opts.Config, s.scramKeys, logger, opts.Registerer, s.onHostChange); err != nil {
 		return nil, fmt.Errorf("proxy: hosts: %w", err)
 	}
 	pm, err := pool.New(pool.Options{
@@ -178,7 +180,7 @@ func New(opts Options) (*Server, error) {
 			func() float64 { return float64(pm.InstanceStats().Open) })
 	}
 	if s.leases == nil && !opts.NoLeases {
-		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, logger, opts.Registerer)
+		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, s.scramKeys, logger, opts.Registerer)
 		if err != nil {
 			pm.Close()
 			s.hosts.Close()
@@ -186,12 +188,12 @@ func New(opts Options) (*Server, error) {
 		}
 		s.leases = ls
 	}
-	if s.locks, err = newLockManager(opts.Config, s.Config, s.hosts, logger); err != nil {
+	if s.locks, err = newLockManager(opts.Config, s.Config, s.hosts, s.scramKeys, logger); err != nil {
 		pm.Close()
 		s.hosts.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
-	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config, s.hosts), Logger: logger, Registerer: opts.Registerer})
+	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config, s.hosts, s.scramKeys), Logger: logger, Registerer: opts.Registerer})
 	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
 		s.hub.Close()
 		pm.Close()
