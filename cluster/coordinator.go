@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockpool/lockpool/internal/bgtask"
 	"github.com/lockpool/lockpool/pool"
 )
 
@@ -67,6 +68,9 @@ type Options struct {
 	Pool    Pool
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// Task counts failed heartbeats and says when to log them at WARN
+	// (nil: every one).
+	Task *bgtask.Task
 }
 
 // Coordinator runs one instance's side of the cluster protocol.
@@ -391,8 +395,18 @@ func (c *Coordinator) tick(ctx context.Context) {
 	defer cancel()
 	apps := c.opts.Apps()
 	err := c.exchange(tctx, apps)
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		if c.opts.Task.OK() {
+			c.log.Info("cluster: coordination works again")
+		}
+	case ctx.Err() != nil:
+	case c.opts.Task.Failed():
 		c.log.Warn("cluster: coordination failed; keeping the slots held, taking none", "err", err)
+	default:
+		c.log.Debug("cluster: coordination failed again", "err", err)
+	}
+	if err != nil && ctx.Err() == nil {
 		if c.conn != nil {
 			cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
 			_ = c.conn.Close(cctx)

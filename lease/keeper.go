@@ -203,6 +203,9 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 	outcomes := make([]renewOutcome, len(es))
 	switch {
 	case err == nil:
+		if s.opts.RenewTask.OK() {
+			s.log.Info("lockpool: lease renewal works again", "database", database)
+		}
 		for i, e := range es {
 			if renewed[key{e.name, e.token}] {
 				outcomes[i] = renewOK
@@ -225,7 +228,7 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 				outcomes[i] = renewBlocked
 			case err != nil:
 				outcomes[i] = renewRetry
-				s.log.Warn("lockpool: lease renewal failed; retrying", "database", database, "err", err)
+				s.renewFailed(database, 1, err)
 			case n == 1:
 				outcomes[i] = renewOK
 			default:
@@ -236,7 +239,7 @@ func (k *keeper) renewDB(database string, es []*kentry) {
 		outcomes[0] = renewBlocked
 	default:
 		if s.ctx.Err() == nil {
-			s.log.Warn("lockpool: lease renewal failed; retrying", "database", database, "leases", len(es), "err", err)
+			s.renewFailed(database, len(es), err)
 		}
 		for i := range es {
 			outcomes[i] = renewRetry
@@ -304,4 +307,14 @@ func (k *keeper) gc() {
 			s.log.Warn("lockpool: lease table cleanup failed", "database", db, "err", err)
 		}
 	}
+}
+
+// renewFailed logs a failed renewal of n leases: WARN at the first failure
+// and every minute while they go on (RenewTask), DEBUG in between.
+func (s *Store) renewFailed(database string, n int, err error) {
+	if s.opts.RenewTask.Failed() {
+		s.log.Warn("lockpool: lease renewal failed; retrying", "database", database, "leases", n, "err", err)
+		return
+	}
+	s.log.Debug("lockpool: lease renewal failed again; retrying", "database", database, "leases", n, "err", err)
 }

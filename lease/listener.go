@@ -72,8 +72,8 @@ func (d *dbState) setReady(v bool) {
 // listen keeps one LISTEN connection for the database until the store
 // closes, fanning notifications out to waiters by lease name. After every
 // (re)connect all waiters are woken, since a release may have gone unheard.
-// A lost connection is logged once ("lost", then "back" when it is
-// listening again); while it is lost and no one waits, the goroutine ends
+// A lost connection is logged at WARN once, and again every minute while
+// it stays down ("lost", then "back" when it is listening again); while it is lost and no one waits, the goroutine ends
 // and the next waiter starts it again.
 func (s *Store) listen(d *dbState) {
 	backoff := 100 * time.Millisecond
@@ -83,6 +83,7 @@ func (s *Store) listen(d *dbState) {
 			_, err = c.Exec(s.ctx, "LISTEN "+s.names.qchannel)
 			if err == nil {
 				backoff = 100 * time.Millisecond
+				s.opts.ListenTask.OK()
 				if d.lost {
 					d.lost = false
 					s.log.Info("lockpool: lease LISTEN connection back", "database", d.name)
@@ -97,7 +98,8 @@ func (s *Store) listen(d *dbState) {
 		if s.ctx.Err() != nil {
 			return
 		}
-		if !d.lost {
+		warn := s.opts.ListenTask.Failed()
+		if !d.lost || (s.opts.ListenTask != nil && warn) {
 			d.lost = true
 			s.log.Warn("lockpool: lease LISTEN connection lost; waiters poll until it is back", "database", d.name, "err", err)
 		} else {

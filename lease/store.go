@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lockpool/lockpool/internal/bgtask"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -51,6 +52,10 @@ type Options struct {
 	Logger     *slog.Logger
 	// Registerer receives the lease metrics; nil = not registered.
 	Registerer prometheus.Registerer
+	// RenewTask and ListenTask count failed renewals and failed LISTEN
+	// connections, and say when to log them at WARN (nil: every renewal
+	// failure, and the first of a run of LISTEN failures).
+	RenewTask, ListenTask *bgtask.Task
 }
 
 // Error is an error with a SQLSTATE for the client, a message starting with

@@ -174,6 +174,7 @@ func (d *database) connect(c *conn) (*pgconn.PgConn, error) {
 		c.nextPing = time.Now().Add(h.pingInterval)
 	}
 	d.mu.Unlock()
+	h.task.OK()
 	h.log.Info("listen: listener connection open", "database", d.name, "pid", pgc.PID())
 	return pgc, nil
 }

@@ -453,10 +453,14 @@ func (d *database) end(c *conn, cause error, connected bool) {
 		d.hub.lost.Add(uint64(lost))
 		d.hub.m.closed.WithLabelValues(ReasonListenerLost).Add(float64(lost))
 	}
-	if connected {
+	warn := d.hub.task.Failed()
+	switch {
+	case connected:
 		d.hub.log.Warn("listen: listener connection lost", "database", d.name, "pid", c.pid, "clients_lost", lost, "err", cause)
-	} else {
+	case warn:
 		d.hub.log.Warn("listen: cannot open a listener connection", "database", d.name, "err", cause)
+	default:
+		d.hub.log.Debug("listen: cannot open a listener connection", "database", d.name, "err", cause)
 	}
 }
 

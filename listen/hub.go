@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/lockpool/lockpool/internal/bgtask"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -82,6 +83,7 @@ type Config struct {
 	Logger       *slog.Logger
 	Registerer   prometheus.Registerer // may be nil
 	PingInterval time.Duration         // 0: 10s. A listener that does not answer a ping within PingInterval is dead (Lost to all)
+	Task         *bgtask.Task          // counts listener connections that could not open or were lost; nil: none
 }
 
 // ChannelRow is one channel with listening clients, for the admin console.
@@ -114,6 +116,7 @@ type Hub struct {
 	connConfig   func(string) (*pgx.ConnConfig, error)
 	log          *slog.Logger
 	pingInterval time.Duration
+	task         *bgtask.Task
 	m            *metrics
 	now          func() time.Time // the clock of expectations
 	hooks        hooks
@@ -159,6 +162,7 @@ func New(cfg Config) *Hub {
 		connConfig:   cfg.ConnConfig,
 		log:          log,
 		pingInterval: ping,
+		task:         cfg.Task,
 		m:            m,
 		now:          time.Now,
 		dbs:          map[string]*database{},

@@ -8,9 +8,6 @@ import (
 	"time"
 )
 
-// taskLeakSweep names the leak sweep in taskHealth.
-const taskLeakSweep = "leak_sweep"
-
 // startBackground starts the leak sweep and the long-pin log.
 func (s *Server) startBackground() {
 	s.sweeper.Add(2)
@@ -53,9 +50,16 @@ func (s *Server) sweepLoop(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
-			s.tasks.failed(taskLeakSweep, err)
+			// An outage is also logged (once) as "PostgreSQL unreachable".
+			if s.sweep.Failed() {
+				s.log.Warn("leak sweep failed", "err", err)
+			} else {
+				s.log.Debug("leak sweep failed again", "err", err)
+			}
 		default:
-			s.tasks.ok(taskLeakSweep)
+			if s.sweep.OK() {
+				s.log.Info("leak sweep works again")
+			}
 		}
 	}
 }

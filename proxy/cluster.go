@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
+	"github.com/lockpool/lockpool/internal/bgtask"
 )
 
 // Cluster budgets (budget_scope: cluster): the proxy builds the cluster
@@ -45,6 +46,7 @@ func (s *Server) startCluster(cfg *config.Config, log *slog.Logger, reg promethe
 		Heartbeat:  cc.HeartbeatEvery(),
 		Advertise:  s.clusterAdvertise,
 		SignalKey:  hex.EncodeToString(s.signalKey),
+		Task:       s.tasks.Task(bgtask.Cluster),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			pc, err := connCfg(cc.Database)
 			if err != nil {

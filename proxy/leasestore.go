@@ -12,6 +12,7 @@ import (
 	"github.com/lockpool/lockpool/advisory"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/hosts"
+	"github.com/lockpool/lockpool/internal/bgtask"
 	"github.com/lockpool/lockpool/lease"
 	"github.com/lockpool/lockpool/proxy/local"
 )
@@ -63,7 +64,7 @@ func (l leaseSessionAdapter) List(ctx context.Context) ([]LeaseRow, error) {
 // newLeaseStore builds the lease store lockpool serves lease_* from. Its
 // connections log in as the first application user configured for the
 // database (or any database).
-func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, keys scramKeysFunc, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
+func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts.Monitor, keys scramKeysFunc, tasks *bgtask.Set, log *slog.Logger, reg prometheus.Registerer) (LeaseStore, error) {
 	st, err := lease.New(lease.Options{
 		Schema:         cfg.Leases.Schema,
 		MaxConnections: cfg.Leases.MaxConnections,
@@ -71,6 +72,8 @@ func newLeaseStore(cfg *config.Config, current func() *config.Config, mon *hosts
 		Logger:         log,
 		Registerer:     reg,
 		ConnConfig:     ownConnConfig(cfg, current, mon, keys),
+		RenewTask:      tasks.Task(bgtask.LeaseRenewal),
+		ListenTask:     tasks.Task(bgtask.LeaseListen),
 	})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/lockpool/lockpool/cluster"
 	"github.com/lockpool/lockpool/config"
 	"github.com/lockpool/lockpool/hosts"
+	"github.com/lockpool/lockpool/internal/bgtask"
 	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 	"github.com/lockpool/lockpool/internal/wire"
@@ -71,7 +72,8 @@ type Server struct {
 	metrics *appstate.Metrics
 	tlsConf *tls.Config
 	health  healthProbe
-	tasks   *taskHealth
+	tasks   *bgtask.Set
+	sweep   *bgtask.Task // the leak sweep's failures
 	authq   authLookup
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
 	startupChecks startupparam.Cache
@@ -148,7 +150,8 @@ func New(opts Options) (*Server, error) {
 	_, _ = rand.Read(pid[:])
 	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
 	s.metrics = appstate.NewMetrics(opts.Registerer)
-	s.tasks = newTaskHealth(logger, opts.Registerer, map[string]string{taskLeakSweep: "leak sweep"})
+	s.tasks = bgtask.NewSet(opts.Registerer, bgtask.LeakSweep, bgtask.Cluster, bgtask.Listen, bgtask.LeaseRenewal, bgtask.LeaseListen)
+	s.sweep = s.tasks.Task(bgtask.LeakSweep)
 	rc, err := s.buildRuntime(opts.Config)
 	if err != nil {
 		return nil, err
@@ -180,7 +183,7 @@ func New(opts Options) (*Server, error) {
 			func() float64 { return float64(pm.InstanceStats().Open) })
 	}
 	if s.leases == nil && !opts.NoLeases {
-		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, s.scramKeys, logger, opts.Registerer)
+		ls, err := newLeaseStore(opts.Config, s.Config, s.hosts, s.scramKeys, s.tasks, logger, opts.Registerer)
 		if err != nil {
 			pm.Close()
 			s.hosts.Close()
@@ -193,7 +196,8 @@ func New(opts Options) (*Server, error) {
 		s.hosts.Close()
 		return nil, fmt.Errorf("proxy: locks: %w", err)
 	}
-	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config, s.hosts, s.scramKeys), Logger: logger, Registerer: opts.Registerer})
+	s.hub = listen.New(listen.Config{ConnConfig: ownConnConfig(opts.Config, s.Config, s.hosts, s.scramKeys), Logger: logger, Registerer: opts.Registerer,
+		Task: s.tasks.Task(bgtask.Listen)})
 	if err := s.startCluster(opts.Config, logger, opts.Registerer); err != nil {
 		s.hub.Close()
 		pm.Close()
