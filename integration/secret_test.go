@@ -309,3 +309,44 @@ func httpBody(t *testing.T, req *http.Request) string {
 	}
 	return string(b)
 }
+
+// TestSecretSCRAMVerifierCluster: cluster coordination (budget_scope:
+// cluster) logs in as a user configured by its SCRAM verifier only once a
+// client of it has logged in, and the application's budget then works:
+// before that it fails and says so (lockpool_background_task_failing is 1),
+// after it the instance holds slots and serves the client.
+func TestSecretSCRAMVerifierCluster(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Require(t)
+	const role, pw = "secclu", "cluster-pw-19t"
+	v := secretVerifier(t, c, role, pw)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	su := superConn(t, "postgres")
+	if _, err := su.Exec(ctx, "GRANT CREATE ON DATABASE appdb TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	yaml := clusterYAML(c, role, uniqueName(t, "cl"), "hold", "")
+	old := fmt.Sprintf("  - name: %s\n    password: %s\n", role, testenv.Password)
+	if !strings.Contains(yaml, old) {
+		t.Fatalf("no password line for %s in:\n%s", role, yaml)
+	}
+	yaml = strings.Replace(yaml, old, fmt.Sprintf("  - name: %s\n    password: '%s'\n", role, v), 1)
+	l, _ := startYAML(t, yaml)
+	failing := func() float64 {
+		return l.metric("lockpool_background_task_failing", map[string]string{"task": "cluster"})
+	}
+	eventually(t, 10*time.Second, "the coordination to fail before any client logged in", func() bool { return failing() == 1 })
+
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=appdb sslmode=disable", l.port, role, pw))
+	if err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var who string
+	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != role {
+		t.Fatalf("a query under the cluster budget: %q, %v", who, err)
+	}
+	eventually(t, 10*time.Second, "the coordination to work", func() bool { return failing() == 0 })
+	clusterSelf(t, l)
+}
