@@ -133,7 +133,8 @@ CREATE OR REPLACE FUNCTION public.secown_take(k bigint) RETURNS int
   LANGUAGE plpgsql AS $f$BEGIN PERFORM pg_advisory_lock(k); RETURN pg_backend_pid(); END$f$`); err != nil {
 		t.Fatal(err)
 	}
-	yaml := secretYAML(c, "", role, v)
+	// Its own lease schema: the shared one belongs to another test's role.
+	yaml := secretYAML(c, "leases: {schema: secown_leases}", role, v)
 	yaml = strings.Replace(yaml, fmt.Sprintf("  host: %s\n  port: %d\n", c.Host, c.Port),
 		fmt.Sprintf("  hosts: ['%s:%d']\n  health_check_interval: 200ms\n", c.Host, c.Port), 1)
 	l, log := startYAML(t, yaml)

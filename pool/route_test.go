@@ -39,7 +39,7 @@ func TestDialRacingRoleChange(t *testing.T) {
 	// last check came before a switchover.
 	var stale atomic.Bool
 	stale.Store(true)
-	var m *Manager
+	var current atomic.Pointer[Manager] // the pool, once made; the monitor's OnChange runs on its own goroutine
 	mon, err := hosts.New(hosts.Options{
 		Hosts:    []config.HostAddr{addr},
 		Interval: time.Hour, // checks only when asked
@@ -52,7 +52,7 @@ func TestDialRacingRoleChange(t *testing.T) {
 			return pgconn.Connect(ctx, c.SuperuserDSN("postgres")+" application_name=pool_route_test_check")
 		},
 		OnChange: func(hosts.Change) {
-			if m != nil {
+			if m := current.Load(); m != nil {
 				m.Revalidate()
 			}
 		},
@@ -69,11 +69,12 @@ func TestDialRacingRoleChange(t *testing.T) {
 	server := config.Server{Host: sb.Host, Port: sb.Port, MaxConnections: 5, IdleTimeout: time.Hour, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second}
 	apps := []AppConfig{{Name: "app", User: pgRole, Password: pgPassword, MaxConnections: 2, WaitTimeout: time.Second,
 		Target: hosts.Target{Kind: config.TargetPrimary}}}
-	m, err = New(Options{Server: server, Apps: apps, Hosts: mon, janitorInterval: time.Hour})
+	m, err := New(Options{Server: server, Apps: apps, Hosts: mon, janitorInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	current.Store(m)
 
 	// The first dial was routed to addr as the primary; before it
 	// connects, the monitor checks again and finds the standby.
@@ -138,7 +139,7 @@ func TestPromotedStandbyKeepsSessions(t *testing.T) {
 	primary := config.HostAddr{Host: pc.Host, Port: pc.Port}
 	standby := config.HostAddr{Host: sb.Host, Port: sb.Port}
 
-	var m *Manager
+	var current atomic.Pointer[Manager] // the pool, once made; the monitor's OnChange runs on its own goroutine
 	mon, err := hosts.New(hosts.Options{
 		Hosts:    []config.HostAddr{primary, standby},
 		Interval: 50 * time.Millisecond,
@@ -151,7 +152,7 @@ func TestPromotedStandbyKeepsSessions(t *testing.T) {
 			return pgconn.Connect(ctx, c.SuperuserDSN("postgres"))
 		},
 		OnChange: func(hosts.Change) {
-			if m != nil {
+			if m := current.Load(); m != nil {
 				m.Revalidate()
 			}
 		},
@@ -168,11 +169,12 @@ func TestPromotedStandbyKeepsSessions(t *testing.T) {
 	server := config.Server{Host: pc.Host, Port: pc.Port, MaxConnections: 5, IdleTimeout: time.Hour, MaxLifetime: time.Hour, ConnectTimeout: 5 * time.Second}
 	apps := []AppConfig{{Name: "reads", User: pgRole, Password: pgPassword, MaxConnections: 2, WaitTimeout: 500 * time.Millisecond,
 		Target: hosts.Target{Kind: config.TargetStandby, MaxLag: time.Hour}}}
-	m, err = New(Options{Server: server, Apps: apps, Hosts: mon, janitorInterval: time.Hour})
+	m, err := New(Options{Server: server, Apps: apps, Hosts: mon, janitorInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	current.Store(m)
 
 	c, err := m.Acquire(ctx, "reads", pgDB)
 	if err != nil {
