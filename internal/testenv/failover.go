@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 
 	"testing"
@@ -148,3 +149,72 @@ func HostRow(hosts []console.HostRow, c *pgtest.Cluster) console.HostRow {
 // Addr is c's host:port as lockpool's server.hosts, logs, metrics and SHOW
 // HOSTS name it.
 func Addr(c *pgtest.Cluster) string { return fmt.Sprintf("%s:%d", c.Host, c.Port) }
+
+// Crash is a crash failover: the primary is stopped with -m immediate, the
+// standby promoted, and the old primary rejoined as the new one's standby
+// (rewound; synchronous again if the pair was started so), so that the
+// pair can fail over again. It returns when each step happened: Stopped
+// after the old primary is gone, Promoted once the new one is out of
+// recovery, Rejoined once the old one streams from it.
+func (p *Pair) Crash(ctx context.Context) (pgtest.SwitchoverTimes, error) {
+	var ts pgtest.SwitchoverTimes
+	old, next := p.Primary, p.Standby
+	ts.Stopping = time.Now()
+	if err := old.StopImmediate(); err != nil {
+		return ts, err
+	}
+	ts.Stopped = time.Now()
+	ts.Promoting = time.Now()
+	if err := next.Promote(ctx); err != nil {
+		return ts, err
+	}
+	ts.Promoted = time.Now()
+	p.Primary, p.Standby = next, old
+	if err := old.Demote(ctx, next); err != nil {
+		return ts, err
+	}
+	ts.Rejoined = time.Now()
+	if p.sync {
+		if err := next.AddSyncStandby(ctx, old); err != nil {
+			return ts, err
+		}
+	}
+	return ts, nil
+}
+
+// SoakEnv names the environment variable that turns the failover oracle
+// tests into a soak: its value is how long they run (a Go duration such as
+// 10m), with a failover every [SoakFailoverEvery]. scripts/failover-soak.sh
+// sets it.
+const SoakEnv = "LOCKPOOL_FAILOVER_SOAK"
+
+// SoakFailoverEvery is how far apart a soak's failovers are.
+const SoakFailoverEvery = 30 * time.Second
+
+// FailoverPlan is how long a failover oracle test runs and how often the
+// primary changes: a short run in the test suite, a soak when [SoakEnv]
+// is set.
+type FailoverPlan struct {
+	// Failovers is how many primary changes the test makes.
+	Failovers int
+	// Every is the time from one failover's start to the next one's.
+	Every time.Duration
+	// Soak says the plan came from [SoakEnv].
+	Soak bool
+}
+
+// PlanFailovers returns the plan of a failover oracle test: n failovers
+// every `every` in the test suite, or, with [SoakEnv] set, as many as fit
+// in its duration every [SoakFailoverEvery]. A malformed value fails t.
+func PlanFailovers(t testing.TB, n int, every time.Duration) FailoverPlan {
+	t.Helper()
+	v := os.Getenv(SoakEnv)
+	if v == "" {
+		return FailoverPlan{Failovers: n, Every: every}
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < SoakFailoverEvery {
+		t.Fatalf("%s=%q: want a duration of at least %v", SoakEnv, v, SoakFailoverEvery)
+	}
+	return FailoverPlan{Failovers: int(d / SoakFailoverEvery), Every: SoakFailoverEvery, Soak: true}
+}
