@@ -179,6 +179,15 @@ func runListenRandom(t *testing.T, cfg lrConfig) {
 	ctx := listenCtx(t, cfg.duration+2*time.Minute)
 	r := &lrRun{cfg: cfg, t0: monoNow(), live: map[lrKey]uint32{}}
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopAll := func() { stopOnce.Do(func() { close(stop) }) }
+	// Every goroutine that reports to t ends before the test does, also
+	// when it ends early (a t.Fatal below).
+	var bg sync.WaitGroup
+	defer func() {
+		stopAll()
+		bg.Wait()
+	}()
 
 	// The pgx clients.
 	var wg sync.WaitGroup
@@ -188,14 +197,18 @@ func runListenRandom(t *testing.T, cfg lrConfig) {
 	}
 	for _, c := range clients {
 		wg.Add(1)
+		bg.Add(1)
 		go func() {
+			defer bg.Done()
 			defer wg.Done()
 			c.loop(ctx, stop)
 		}()
 	}
 	// The outside sender: a session directly on PostgreSQL.
 	outsideDone := make(chan struct{})
+	bg.Add(1)
 	go func() {
+		defer bg.Done()
 		defer close(outsideDone)
 		lrOutside(ctx, t, r, stop)
 	}()
@@ -206,7 +219,9 @@ func runListenRandom(t *testing.T, cfg lrConfig) {
 	}
 	// The killer.
 	killerDone := make(chan struct{})
+	bg.Add(1)
 	go func() {
+		defer bg.Done()
 		defer close(killerDone)
 		lrKiller(ctx, t, r, stop)
 	}()
@@ -215,7 +230,7 @@ func runListenRandom(t *testing.T, cfg lrConfig) {
 	case <-time.After(cfg.duration):
 	case <-ctx.Done():
 	}
-	close(stop)
+	stopAll()
 	<-killerDone
 	wg.Wait()
 	<-outsideDone

@@ -231,9 +231,15 @@ func wkQuantiles(ds []time.Duration) (median, p95 time.Duration) {
 // scheduling delay on a 2-core machine.
 const wkLatencySlack = 10 * time.Millisecond
 
+// wkTailSlack is the slack of the p95 comparison: the tail of a few
+// hundred jobs on a loaded 2-core machine moves by scheduling delays of
+// tens of milliseconds between runs, while a job whose notification was
+// lost waits for the next poll, seconds later.
+const wkTailSlack = 250 * time.Millisecond
+
 // wkCompareLatency fails t unless the median and p95 of via (through
-// lockpool) are within twice those of direct (plus [wkLatencySlack]), and
-// logs both.
+// lockpool) are within twice those of direct (plus [wkLatencySlack] and
+// [wkTailSlack]), and logs both.
 func wkCompareLatency(t *testing.T, what string, direct, via []time.Duration) {
 	t.Helper()
 	dm, dp := wkQuantiles(direct)
@@ -248,8 +254,8 @@ func wkCompareLatency(t *testing.T, what string, direct, via []time.Duration) {
 	if lm > 2*dm+wkLatencySlack {
 		t.Errorf("%s: median insert-to-start latency through lockpool %v > 2 × direct %v + %v", what, lm, dm, wkLatencySlack)
 	}
-	if lp > 2*dp+wkLatencySlack {
-		t.Errorf("%s: p95 insert-to-start latency through lockpool %v > 2 × direct %v + %v", what, lp, dp, wkLatencySlack)
+	if lp > 2*dp+wkTailSlack {
+		t.Errorf("%s: p95 insert-to-start latency through lockpool %v > 2 × direct %v + %v", what, lp, dp, wkTailSlack)
 	}
 }
 
