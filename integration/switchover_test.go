@@ -26,7 +26,7 @@ type switchoverStats struct {
 // timed by ts) of a pair under load must show, once pair.Switch
 // returned: no acknowledged write committed on old after it stopped, nor
 // on next before its promotion began; writes resume on next within 2 s of
-// its promotion; old is a standby and next the primary, directly and in
+// its promotion; the writers saw no error but ended connections; old is a standby and next the primary, directly and in
 // SHOW HOSTS; every acknowledged write is on next;
 // lockpool_failovers_total is n.
 func checkSwitchover(ctx context.Context, t *testing.T, lp *testenv.Lockpool, load *writeLoad, n int,
@@ -94,6 +94,13 @@ func checkSwitchover(ctx context.Context, t *testing.T, lp *testenv.Lockpool, lo
 	}
 	if !lastOld.IsZero() && !firstNext.IsZero() {
 		st.outage = firstNext.Sub(lastOld)
+	}
+	// The writers lost connections, nothing else: no statement failed on
+	// a host in recovery (25006) or for want of a primary (53300).
+	for e, k := range load.errors() {
+		if !strings.HasPrefix(e, "FATAL ") && e != "connection error" {
+			t.Errorf("switchover %d: the write load got %q %d times, want only ended connections", n, e, k)
+		}
 	}
 
 	// The roles, read on the hosts themselves.
@@ -200,9 +207,7 @@ func TestSwitchover(t *testing.T) {
 	if pair.Primary != next || pair.Standby != old {
 		t.Fatal("Pair.Switch did not swap the roles")
 	}
-	checkSwitchover(ctx, t, lp, load, 1, ts, old, next)
-
-	// The idle client's next transaction runs on the new primary.
+	// At once, the idle client's next transaction runs on the new primary.
 	err = pgx.BeginFunc(ctx, idle, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, "INSERT INTO fo_writes(w, n) VALUES (-2, 1) RETURNING port").Scan(&port)
 	})
@@ -219,6 +224,8 @@ func TestSwitchover(t *testing.T) {
 	// must not go on on the new one (there it would find no sw_pinned).
 	_, err = pinned.Exec(ctx, "INSERT INTO sw_pinned VALUES (1)")
 	wantSessionEnded(t, "the next statement of the client pinned on the old primary", pinned, err)
+
+	checkSwitchover(ctx, t, lp, load, 1, ts, old, next)
 
 	cancel()
 	load.wg.Wait()
