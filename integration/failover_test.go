@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
@@ -54,11 +56,14 @@ type writeLoad struct {
 	mu   sync.Mutex
 	acks []ackWrite
 	errs map[string]int // error text → count (connection errors expected at a failover)
-	wg   sync.WaitGroup
+	// details holds, for an error text, the first such error in full
+	// (with its detail: what lockpool's own error is about).
+	details map[string]string
+	wg      sync.WaitGroup
 }
 
 func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
-	l := &writeLoad{errs: map[string]int{}}
+	l := &writeLoad{errs: map[string]int{}, details: map[string]string{}}
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -101,7 +106,16 @@ func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
 
 func (l *writeLoad) fail(err error) {
 	l.mu.Lock()
-	l.errs[errText(err)]++
+	k := errText(err)
+	l.errs[k]++
+	if _, ok := l.details[k]; !ok {
+		full := err.Error()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Detail != "" {
+			full += " (detail: " + pe.Detail + ")"
+		}
+		l.details[k] = full
+	}
 	l.mu.Unlock()
 	time.Sleep(20 * time.Millisecond) // pacing of reconnects, not a synchronisation
 }
@@ -118,6 +132,13 @@ func (l *writeLoad) errors() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return maps.Clone(l.errs)
+}
+
+// detail is the first error of the load with text e (errText), in full.
+func (l *writeLoad) detail(e string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.details[e]
 }
 
 // count is the number of acknowledged writes.

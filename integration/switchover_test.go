@@ -99,7 +99,7 @@ func checkSwitchover(ctx context.Context, t *testing.T, lp *testenv.Lockpool, lo
 	// a host in recovery (25006) or for want of a primary (53300).
 	for e, k := range load.errors() {
 		if !strings.HasPrefix(e, "FATAL ") && e != "connection error" {
-			t.Errorf("switchover %d: the write load got %q %d times, want only ended connections", n, e, k)
+			t.Errorf("switchover %d: the write load got %q %d times, want only ended connections; the first: %s", n, e, k, load.detail(e))
 		}
 	}
 
