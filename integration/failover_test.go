@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
@@ -39,8 +42,11 @@ func startFailoverLockpool(t *testing.T, pair *testenv.Pair, apps ...testenv.App
 // ackWrite is a write through lockpool that committed (its reply came).
 type ackWrite struct {
 	w, n int
-	at   time.Time
-	port int // inet_server_port() of the backend that ran it
+	at   time.Time // when the client got the reply
+	port int       // inet_server_port() of the backend that ran it
+	// srv is the server's clock_timestamp() in the INSERT: the commit
+	// follows it (autocommit), so the commit happened no earlier.
+	srv time.Time
 }
 
 // writeLoad runs workers that insert (w, n) rows through lockpool in
@@ -50,11 +56,14 @@ type writeLoad struct {
 	mu   sync.Mutex
 	acks []ackWrite
 	errs map[string]int // error text → count (connection errors expected at a failover)
-	wg   sync.WaitGroup
+	// details holds, for an error text, the first such error in full
+	// (with its detail: what lockpool's own error is about).
+	details map[string]string
+	wg      sync.WaitGroup
 }
 
 func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
-	l := &writeLoad{errs: map[string]int{}}
+	l := &writeLoad{errs: map[string]int{}, details: map[string]string{}}
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -75,7 +84,8 @@ func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
 					conn = c
 				}
 				var port int
-				err := conn.QueryRow(ctx, "INSERT INTO fo_writes(w, n) VALUES ($1, $2) RETURNING port", w, n).Scan(&port)
+				var srv time.Time
+				err := conn.QueryRow(ctx, "INSERT INTO fo_writes(w, n) VALUES ($1, $2) RETURNING port, clock_timestamp()", w, n).Scan(&port, &srv)
 				if err != nil {
 					if ctx.Err() != nil {
 						return
@@ -86,7 +96,7 @@ func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
 					continue
 				}
 				l.mu.Lock()
-				l.acks = append(l.acks, ackWrite{w: w, n: n, at: time.Now(), port: port})
+				l.acks = append(l.acks, ackWrite{w: w, n: n, at: time.Now(), port: port, srv: srv})
 				l.mu.Unlock()
 			}
 		}()
@@ -96,9 +106,39 @@ func startWriteLoad(ctx context.Context, dsn string, workers int) *writeLoad {
 
 func (l *writeLoad) fail(err error) {
 	l.mu.Lock()
-	l.errs[errText(err)]++
+	k := errText(err)
+	l.errs[k]++
+	if _, ok := l.details[k]; !ok {
+		full := err.Error()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Detail != "" {
+			full += " (detail: " + pe.Detail + ")"
+		}
+		l.details[k] = full
+	}
 	l.mu.Unlock()
 	time.Sleep(20 * time.Millisecond) // pacing of reconnects, not a synchronisation
+}
+
+// snapshot is a copy of the acknowledged writes so far.
+func (l *writeLoad) snapshot() []ackWrite {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]ackWrite(nil), l.acks...)
+}
+
+// errors is a copy of the error counts so far.
+func (l *writeLoad) errors() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.errs)
+}
+
+// detail is the first error of the load with text e (errText), in full.
+func (l *writeLoad) detail(e string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.details[e]
 }
 
 // count is the number of acknowledged writes.
@@ -129,10 +169,12 @@ func createWrites(t *testing.T, pair *testenv.Pair) {
 	}
 }
 
-// checkAcked verifies that every acknowledged write is on c (the current
-// primary) exactly once, and returns how many rows c has.
+// checkAcked verifies that every write acknowledged before it started is
+// on c (the current primary; the load may go on), and returns how many
+// rows c has.
 func checkAcked(t *testing.T, c *pgtest.Cluster, l *writeLoad) int {
 	t.Helper()
+	acks := l.snapshot() // before the read: each of these committed before it
 	ctx := testenv.Context(t, 30*time.Second)
 	conn, err := testenv.Connect(ctx, c, "appdb")
 	if err != nil {
@@ -154,10 +196,8 @@ func checkAcked(t *testing.T, c *pgtest.Cluster, l *writeLoad) int {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	lost := 0
-	for _, a := range l.acks {
+	for _, a := range acks {
 		if !have[[2]int{a.w, a.n}] {
 			lost++
 			if lost <= 5 {
@@ -166,15 +206,17 @@ func checkAcked(t *testing.T, c *pgtest.Cluster, l *writeLoad) int {
 		}
 	}
 	if lost > 0 {
-		t.Errorf("%d of %d acknowledged writes are lost", lost, len(l.acks))
+		t.Errorf("%d of %d acknowledged writes are lost", lost, len(acks))
 	}
 	return len(have)
 }
 
-// pgbenchLoad runs pgbench against lockpool until ctx ends, one new
-// connection per transaction (-C), as background load; the returned
-// function waits for it and logs its summary (pgbench ends a client at its
-// first connection error, so its outcome is not judged).
+// pgbenchLoad runs two pgbench clients against lockpool until ctx ends,
+// one new connection per transaction (-C), as background load. pgbench
+// ends a client at its first error (a connection lost at a failover), so
+// each client is its own pgbench, started again each time it exits before
+// ctx ends. The returned function waits for them and logs how often they
+// ran and the last summary (their outcome is not judged).
 func pgbenchLoad(ctx context.Context, t *testing.T, lp *testenv.Lockpool) func() {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/pgbench"); err != nil {
@@ -184,18 +226,41 @@ func pgbenchLoad(ctx context.Context, t *testing.T, lp *testenv.Lockpool) func()
 	if err := os.WriteFile(script, []byte("SELECT count(*) FROM fo_writes WHERE w = 0;\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "/usr/bin/pgbench", "-n", "-C", "-c", "2", "-T", "600", "-f", script,
-		"-h", "127.0.0.1", "-p", strconv.Itoa(lp.Port), "-U", "app", "appdb")
-	cmd.Env = append(cmd.Environ(), "PGPASSWORD="+testenv.Password)
-	done := make(chan []byte, 1)
-	go func() {
-		out, _ := cmd.CombinedOutput()
-		done <- out
-	}()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ended int    // runs that ended before ctx (a client's error)
+		last  []byte // the output of the last of them
+	)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				cmd := exec.CommandContext(ctx, "/usr/bin/pgbench", "-n", "-C", "-c", "1", "-T", "600", "-f", script,
+					"-h", "127.0.0.1", "-p", strconv.Itoa(lp.Port), "-U", "app", "appdb")
+				cmd.Env = append(cmd.Environ(), "PGPASSWORD="+testenv.Password)
+				out, _ := cmd.CombinedOutput()
+				if ctx.Err() != nil {
+					return // killed at the end: no summary
+				}
+				mu.Lock()
+				ended++
+				last = out
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond) // pacing of restarts, not a synchronisation
+			}
+		}()
+	}
 	return func() {
-		out := <-done
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		t.Logf("pgbench (background load), last lines:\n%s", strings.Join(lines[max(0, len(lines)-8):], "\n"))
+		wg.Wait()
+		if ended == 0 {
+			t.Logf("pgbench (background load, 2 clients) ran without an error")
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(last)), "\n")
+		t.Logf("pgbench (background load, 2 clients) was restarted %d times after an error; the last run's end:\n%s",
+			ended, strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	}
 }
 

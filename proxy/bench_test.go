@@ -168,7 +168,12 @@ func (f *fakePG) dial(ctx context.Context, app pool.AppConfig, database string) 
 // dials the fake server, and returns its address.
 func benchProxy(tb testing.TB, budget int) string {
 	f := startFakePG(tb)
-	port := f.ln.Addr().(*net.TCPAddr).Port
+	return fakeProxy(tb, f.ln.Addr().(*net.TCPAddr).Port, budget, f.dial)
+}
+
+// fakeProxy starts a lockpool Server (trust auth, leases off, user and
+// application bench) whose pool dials with dial, and returns its address.
+func fakeProxy(tb testing.TB, port, budget int, dial func(context.Context, pool.AppConfig, string) (*pool.Conn, error)) string {
 	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
 admin_listen: ""
 auth_method: trust
@@ -197,11 +202,12 @@ applications:
 	// proxy.New has no Dial hook; this in-package test swaps the pool for
 	// one that dials the fake server.
 	srv.pool.Close()
-	pm, err := pool.New(pool.Options{Server: cfg.Server, Apps: srv.poolApps(cfg), Logger: logger, Dial: f.dial})
+	pm, err := pool.New(pool.Options{Server: cfg.Server, Apps: srv.poolApps(cfg), Logger: logger, Dial: dial})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv.pool = pm
+	srv.shared.Pool = pm // the sessions' pool (the one New made is closed)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

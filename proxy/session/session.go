@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -439,23 +440,55 @@ func (s *Session) discard(n int) error {
 	return err
 }
 
+// attachAttempts bounds the server connections one attach takes when
+// each is found closed by the server before anything of the client's was
+// sent on it.
+const attachAttempts = 3
+
 // attach takes a server connection for this session if it has none, with
-// a pin slot when a statement wants one (wantSlot).
+// a pin slot when a statement wants one (wantSlot). A connection that the
+// server closed before anything of the client's was sent on it (found at
+// the parameter sync, the first exchange on it: a switchover's shutdown
+// ends idle backends, racing the pool's liveness check) is destroyed and
+// another one taken, up to attachAttempts in all: nothing of the client's
+// ran, so it costs the client time, not an error.
 func (s *Session) attach() error {
 	if s.link.sc != nil {
 		return nil
 	}
+	for attempt := 1; ; attempt++ {
+		withSlot := s.wantSlot
+		closed, err := s.attachOnce()
+		if err == nil || !closed || attempt == attachAttempts {
+			return err
+		}
+		if withSlot && s.slot != nil {
+			// Taken with the connection: waited for again with the next
+			// one, as the wait order wants (no slot held while waiting
+			// for a connection).
+			s.slot.Release()
+			s.slot, s.wantSlot = nil, true
+		}
+		s.srv.Log.Debug("server connection closed before the client's statement; taking another",
+			"app", s.app.Cfg.Name, "client", s.remote, "attempt", attempt, "err", err)
+	}
+}
+
+// attachOnce is one attempt of attach; closed reports that its error is
+// the server closing the connection it took before the client's
+// statement was sent.
+func (s *Session) attachOnce() (closed bool, err error) {
 	s.link.mu.Lock()
 	draining := s.link.draining
 	s.link.mu.Unlock()
 	if draining {
-		return errShutdown()
+		return false, errShutdown()
 	}
 	var sc *pool.Conn
 	if s.wantSlot {
 		var err error
 		if sc, err = s.acquireWithPin(); err != nil {
-			return err
+			return false, err
 		}
 	} else if sc = s.srv.Pool.AcquireIdle(s.app.Cfg.Name, s.database, s.liveness()); sc == nil {
 		var err error
@@ -467,7 +500,7 @@ func (s *Session) attach() error {
 		}
 		s.endWait()
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 	s.bindServer(sc)
@@ -475,23 +508,37 @@ func (s *Session) attach() error {
 	st := backend.StateOf(sc)
 	ps, err := s.syncParams(sc, st)
 	if err != nil {
+		closed := serverClosed(err)
+		if closed {
+			sc.Broken = true
+			if sc.Gone == "" {
+				sc.Gone = pool.ErrReason(err)
+			}
+		}
 		s.destroyServer(sc)
 		var pe *pgError
 		if errors.As(err, &pe) {
 			pe.Severity = "FATAL"
-			return pe
+			return false, pe
 		}
-		return err
+		return closed, err
 	}
 	if err := s.link.attach(sc, st); err != nil {
 		s.releaseServer(sc)
-		return err
+		return false, err
 	}
 	s.unnamedHere = false
 	s.pos.txStatus = 'I'
 	s.pos.sawFatal = false
 	s.cout = append(s.cout, ps...)
-	return nil
+	return false, nil
+}
+
+// serverClosed reports whether err, from an exchange with a server
+// connection, is the server having closed it (not a timeout).
+func serverClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // acquireWithPin takes the pin slot a statement wants and a server
