@@ -5,8 +5,14 @@ package integration
 // an asynchronous standby that missed the last lease commits.
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +20,7 @@ import (
 
 	"github.com/lockpool/lockpool/internal/pgtest"
 	"github.com/lockpool/lockpool/internal/testenv"
+	"github.com/lockpool/lockpool/lease"
 )
 
 // startLeaseFailoverLockpool runs lockpool with instance id id over the
@@ -230,4 +237,591 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 		t.Logf("before the failover: %d grants, tokens %d..%d (kept %d, moved %d then %d, lost %d); after: %d grants, tokens %d..%d",
 			len(handed), handed[0], maxBefore, tKept, tMoved, tTake, tLost, len(after), after[0], slices.Max(after))
 	}
+}
+
+// The lease oracle across failovers (TestFailoverLeaseOracle).
+const (
+	foLeaseTTL      = 10.0 // seconds: well above a failover's outage, so the keeper keeps live leases
+	foLeaseWait     = 1.0  // seconds an acquire waits for a busy lease
+	foLeaseClients  = 3    // per lockpool instance; the first is sticky
+	foLeaseLogTable = "fo_lease_log"
+)
+
+var foLeaseNames = []string{"fo-lease-0", "fo-lease-1", "fo-lease-2"}
+
+// foHold is one grant a client received: it believes it holds the lease
+// from start (acquire's reply) to end (the release about to be sent, the
+// renew that said false or failed, a failed write after which it gave the
+// lease up, or the end of the run).
+type foHold struct {
+	name, client string
+	sticky       bool
+	token        int64
+	start, end   time.Time
+	ended        string    // how the belief ended
+	renews       []foRenew // in order
+	working      bool      // a sticky hold between its entry row and its renew
+	releaseFalse bool      // lease_release said false
+	fenceThenOK  bool      // a write's lease_fence rejected the token, and a renew then said true
+}
+
+// foRenew is one lease_renew of a hold: sent at sent, answered at at.
+type foRenew struct {
+	sent, at time.Time
+	ok       bool
+	err      string // "" when it answered
+}
+
+// foAck is an entry or exit row whose INSERT was acknowledged.
+type foAck struct {
+	k     int64
+	name  string
+	token int64
+	ev    string
+}
+
+// foLeaseOracle runs the clients of TestFailoverLeaseOracle and records
+// what they saw. Sticky clients keep a lease in their work phase through a
+// failover that began during it (the failover waits for one to be in it),
+// so that every failover has holds across it; the others work briefly and
+// meet the failovers wherever they fall.
+type foLeaseOracle struct {
+	k atomic.Int64 // the last row key handed out
+
+	mu       sync.Mutex
+	holds    []*foHold
+	acks     []foAck
+	nulls    int
+	errs     map[string]int // where: error text → count
+	working  int            // sticky holds in their work phase
+	failing  bool           // a failover is under way
+	failDone chan struct{}  // closed when it is over
+}
+
+func (o *foLeaseOracle) fail(where string, err error) {
+	o.mu.Lock()
+	o.errs[where+": "+errText(err)]++
+	o.mu.Unlock()
+}
+
+func (o *foLeaseOracle) acquisitions() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.holds)
+}
+
+// beginFailover marks a failover under way if a sticky hold is in its work
+// phase (which then lasts until endFailover); false if none is.
+func (o *foLeaseOracle) beginFailover() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.working == 0 {
+		return false
+	}
+	o.failing, o.failDone = true, make(chan struct{})
+	return true
+}
+
+func (o *foLeaseOracle) endFailover() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failing {
+		o.failing = false
+		close(o.failDone)
+	}
+}
+
+// pace spaces out a client's retries after an error (not a synchronisation).
+func pace(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// client loops until ctx ends: acquire one of the names; if granted, an
+// entry row, work, renew, an exit row, release. After an error it gives
+// the lease up (and its connection, so that lockpool releases what the
+// session holds).
+func (o *foLeaseOracle) client(ctx context.Context, dsn, id string, sticky bool, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var conn *pgx.Conn
+	drop := func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
+		}
+	}
+	defer drop()
+	for ctx.Err() == nil {
+		if conn == nil {
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				if ctx.Err() == nil {
+					o.fail("connect", err)
+					pace(ctx, 50*time.Millisecond)
+				}
+				continue
+			}
+			conn = c
+		}
+		name := foLeaseNames[rng.IntN(len(foLeaseNames))]
+		tok, ok, err := acquireLease(ctx, conn, name, foLeaseTTL, foLeaseWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			o.fail("acquire", err)
+			if conn.IsClosed() {
+				drop()
+			}
+			pace(ctx, 50*time.Millisecond)
+			continue
+		}
+		if !ok {
+			o.mu.Lock()
+			o.nulls++
+			o.mu.Unlock()
+			continue
+		}
+		h := &foHold{name: name, client: id, sticky: sticky, token: tok, start: time.Now()}
+		o.mu.Lock()
+		o.holds = append(o.holds, h)
+		o.mu.Unlock()
+		if !o.hold(ctx, conn, h, rng) {
+			drop()
+		}
+	}
+}
+
+// end ends h's belief now.
+func (o *foLeaseOracle) end(h *foHold, how string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if h.end.IsZero() {
+		h.end, h.ended = time.Now(), how
+	}
+	if h.working {
+		h.working = false
+		o.working--
+	}
+}
+
+// hold runs one grant from the entry row to the release; false when the
+// client should drop its connection.
+func (o *foLeaseOracle) hold(ctx context.Context, conn *pgx.Conn, h *foHold, rng *rand.Rand) bool {
+	if err := o.write(ctx, conn, h, "entry"); err != nil {
+		return o.writeFailed(ctx, conn, h, "entry", err)
+	}
+	work := 10*time.Millisecond + time.Duration(rng.IntN(290))*time.Millisecond
+	if h.sticky {
+		work = time.Second + time.Duration(rng.IntN(2000))*time.Millisecond
+		o.mu.Lock()
+		h.working = true
+		o.working++
+		o.mu.Unlock()
+	}
+	if !pace(ctx, work) { // the work
+		o.end(h, "stopped")
+		return false
+	}
+	if h.sticky {
+		// A failover that began during the work: the work lasts until it is over.
+		o.mu.Lock()
+		for o.failing {
+			done := o.failDone
+			o.mu.Unlock()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				o.end(h, "stopped")
+				return false
+			}
+			o.mu.Lock()
+		}
+		if h.working {
+			h.working = false
+			o.working--
+		}
+		o.mu.Unlock()
+	}
+	ok, err := o.renew(ctx, conn, h)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		o.end(h, "stopped")
+		return false
+	case err != nil:
+		o.fail("renew", err)
+		o.end(h, "renew failed")
+		return false
+	case !ok:
+		o.end(h, "renew false")
+		return true
+	}
+	if err := o.write(ctx, conn, h, "exit"); err != nil {
+		return o.writeFailed(ctx, conn, h, "exit", err)
+	}
+	o.end(h, "released") // before the release is sent
+	released, err := leaseRelease(ctx, conn, h.name)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.fail("release", err)
+		}
+		return false
+	}
+	if !released {
+		o.mu.Lock()
+		h.releaseFalse = true
+		o.mu.Unlock()
+	}
+	return true
+}
+
+func leaseRelease(ctx context.Context, c *pgx.Conn, name string) (bool, error) {
+	var ok bool
+	err := c.QueryRow(ctx, "SELECT lease_release($1)", name).Scan(&ok)
+	return ok, err
+}
+
+// renew calls lease_renew for h and records it.
+func (o *foLeaseOracle) renew(ctx context.Context, conn *pgx.Conn, h *foHold) (bool, error) {
+	r := foRenew{sent: time.Now()}
+	err := conn.QueryRow(ctx, "SELECT lease_renew($1)", h.name).Scan(&r.ok)
+	r.at = time.Now()
+	if err != nil {
+		r.ok, r.err = false, errText(err)
+	}
+	o.mu.Lock()
+	h.renews = append(h.renews, r)
+	o.mu.Unlock()
+	return r.ok, err
+}
+
+// write inserts h's entry or exit row through lockpool, fenced by its
+// token, and records it when acknowledged.
+func (o *foLeaseOracle) write(ctx context.Context, conn *pgx.Conn, h *foHold, ev string) error {
+	k := o.k.Add(1)
+	_, err := conn.Exec(ctx, "INSERT INTO "+foLeaseLogTable+" (k, name, token, client, ev, at) VALUES ($1, $2, lease_fence($2, $3), $4, $5, $6)",
+		k, h.name, h.token, h.client, ev, time.Now())
+	if err == nil {
+		o.mu.Lock()
+		o.acks = append(o.acks, foAck{k: k, name: h.name, token: h.token, ev: ev})
+		o.mu.Unlock()
+	}
+	return err
+}
+
+// writeFailed ends h after its entry or exit write failed. A fence that
+// rejected the token while the client believed it: the renew that follows
+// must say false (the rule: a lease is still the holder's, or its next
+// renew says it is lost).
+func (o *foLeaseOracle) writeFailed(ctx context.Context, conn *pgx.Conn, h *foHold, ev string, err error) bool {
+	if ctx.Err() != nil {
+		o.end(h, "stopped")
+		return false
+	}
+	if testenv.Code(err) == "LP001" {
+		o.fail(ev+" write", err)
+		ok, rerr := o.renew(ctx, conn, h)
+		if rerr == nil && ok {
+			o.mu.Lock()
+			h.fenceThenOK = true
+			o.mu.Unlock()
+		}
+		o.end(h, "fence rejected, then renew")
+		return false
+	}
+	o.fail(ev+" write", err)
+	o.end(h, ev+" write failed")
+	return false
+}
+
+// foFailover is one failover of the run.
+type foFailover struct {
+	kind  string // switchover | crash
+	began time.Time
+	ts    pgtest.SwitchoverTimes
+}
+
+// TestFailoverLeaseOracle: two lockpool instances over a primary and its
+// synchronous standby, three clients on each looping over three lease
+// names (acquire with a 10 s ttl; if granted: an entry row fenced by the
+// token into a table on the primary through lockpool, work, lease_renew,
+// an exit row, release), while the primary changes: two switchovers and a
+// crash (a soak under LOCKPOOL_FAILOVER_SOAK alternates them every 30 s).
+// It proves: no two clients believe they hold one lease at the same time
+// (a holder believes from acquire's reply to its release, or to the renew
+// that said false or failed); each name's tokens strictly increase in
+// grant order, and every token granted after a failover is above every
+// token granted before it; every failover has holds across it whose renew
+// on the new primary said true or false (as the rule says: still its own,
+// or lost), never failed; a fence never rejected a token whose renew then
+// said true; every acknowledged row is on the final primary, and the
+// table's rows of a name never go back to a smaller token; leases are
+// granted again after every failover.
+func TestFailoverLeaseOracle(t *testing.T) {
+	plan := testenv.PlanFailovers(t, 3, 8*time.Second)
+	if plan.Soak {
+		t.Parallel()
+	}
+	began := time.Now()
+	pair := testenv.StartPair(t, true)
+	setup := testenv.Context(t, 30*time.Second)
+	if err := pair.Exec(setup, "appdb", "CREATE TABLE "+foLeaseLogTable+` (id bigserial PRIMARY KEY, k bigint UNIQUE NOT NULL,
+		name text NOT NULL, token bigint NOT NULL, client text NOT NULL, ev text NOT NULL, at timestamptz NOT NULL,
+		port int NOT NULL DEFAULT inet_server_port()); GRANT ALL ON `+foLeaseLogTable+", "+foLeaseLogTable+"_id_seq TO app"); err != nil {
+		t.Fatal(err)
+	}
+	lps := []*testenv.Lockpool{
+		startLeaseFailoverLockpool(t, pair, "fo-oracle-a"),
+		startLeaseFailoverLockpool(t, pair, "fo-oracle-b"),
+	}
+
+	o := &foLeaseOracle{errs: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() }) // before the lockpools stop
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	for i, l := range lps {
+		for j := range foLeaseClients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o.client(ctx, l.DSN("app", "appdb"), fmt.Sprintf("%c%d", 'a'+i, j), j == 0, seed+uint64(10*i+j))
+			}()
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "10 grants", func() bool { return o.acquisitions() >= 10 })
+
+	var fos []foFailover
+	base := time.Now()
+	for i := range plan.Failovers {
+		pace(context.Background(), time.Until(base.Add(time.Duration(i)*plan.Every)))
+		testenv.Eventually(t, 30*time.Second, "a sticky holder in its work phase", o.beginFailover)
+		f := foFailover{kind: "switchover", began: time.Now()}
+		if i%2 == 1 {
+			f.kind = "crash"
+		}
+		fctx := testenv.Context(t, 2*time.Minute)
+		var err error
+		if f.kind == "switchover" {
+			f.ts, err = pair.Switch(fctx)
+		} else {
+			f.ts, err = pair.Crash(fctx)
+		}
+		o.endFailover()
+		if err != nil {
+			t.Fatalf("failover %d (%s): %v", i, f.kind, err)
+		}
+		fos = append(fos, f)
+		t.Logf("failover %d (%s) to %s: stopped %v after it began, promoted %v, rejoined %v",
+			i, f.kind, testenv.Addr(pair.Primary), f.ts.Stopped.Sub(f.began).Round(time.Millisecond),
+			f.ts.Promoted.Sub(f.began).Round(time.Millisecond), f.ts.Rejoined.Sub(f.began).Round(time.Millisecond))
+	}
+	n := o.acquisitions()
+	testenv.Eventually(t, 30*time.Second, "10 grants after the last failover", func() bool { return o.acquisitions() >= n+10 })
+	cancel()
+	wg.Wait()
+
+	violations := o.check(t, fos)
+	violations += o.checkTable(t, pair.Primary)
+	held, kept, lost := o.spans(t, fos)
+
+	var keeperLost float64
+	for _, l := range lps {
+		keeperLost += l.Metric("lockpool_lease_operations_total", map[string]string{"op": "keeper_renew", "result": "lost"})
+	}
+	renewLost := 0
+	for _, h := range o.holds {
+		for _, r := range h.renews {
+			if r.err == "" && !r.ok {
+				renewLost++
+			}
+		}
+	}
+	kinds := map[string]int{}
+	for _, f := range fos {
+		kinds[f.kind]++
+	}
+	t.Logf("client errors (expected around failovers): %v", o.errs)
+	t.Logf("soak summary: failovers=%d (switchovers=%d crashes=%d) acquisitions=%d null=%d acked_rows=%d held_across_failovers=%d (renew true %d, false %d) renew_lost=%d keeper_lost=%.0f violations=%d duration=%v",
+		len(fos), kinds["switchover"], kinds["crash"], len(o.holds), o.nulls, len(o.acks), held, kept, lost, renewLost, keeperLost, violations, time.Since(began).Round(time.Second))
+}
+
+// violation reports one broken rule (the first 20 in full) and counts it.
+func (o *foLeaseOracle) violation(t *testing.T, n *int, format string, args ...any) {
+	t.Helper()
+	*n++
+	if *n <= 20 {
+		t.Errorf(format, args...)
+	}
+}
+
+func (h *foHold) String() string {
+	return fmt.Sprintf("%s token %d (client %s) believed %s..%s (%s)", h.name, h.token, h.client,
+		h.start.Format("15:04:05.000"), h.end.Format("15:04:05.000"), h.ended)
+}
+
+// check applies the oracle to the clients' record; it returns the number
+// of violations.
+func (o *foLeaseOracle) check(t *testing.T, fos []foFailover) int {
+	t.Helper()
+	v := 0
+	byName := map[string][]*foHold{}
+	for _, h := range o.holds {
+		if h.end.IsZero() {
+			h.end, h.ended = time.Now(), "unfinished"
+		}
+		byName[h.name] = append(byName[h.name], h)
+		if h.fenceThenOK {
+			o.violation(t, &v, "a fence rejected %s, then its renew said true", h)
+		}
+	}
+	for name, hs := range byName {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].start.Before(hs[j].start) })
+		var last *foHold // the hold believed longest so far
+		for i, h := range hs {
+			if last != nil && h.start.Before(last.end) {
+				o.violation(t, &v, "two holders of %s at once: %s, and %s", name, last, h)
+			}
+			if i > 0 && h.token <= hs[i-1].token {
+				o.violation(t, &v, "tokens of %s not increasing in grant order: %s, then %s", name, hs[i-1], h)
+			}
+			if last == nil || h.end.After(last.end) {
+				last = h
+			}
+		}
+	}
+	for i, f := range fos {
+		var before, after []int64
+		next := time.Now()
+		if i+1 < len(fos) {
+			next = fos[i+1].began
+		}
+		grants := 0
+		for _, h := range o.holds {
+			switch {
+			case h.start.Before(f.ts.Stopping):
+				before = append(before, h.token)
+			case h.start.After(f.ts.Promoted):
+				after = append(after, h.token)
+				if h.start.Before(next) {
+					grants++
+				}
+			}
+		}
+		if grants == 0 {
+			t.Errorf("failover %d (%s): no lease granted after it", i, f.kind)
+		}
+		if len(before) == 0 || len(after) == 0 {
+			continue
+		}
+		maxBefore, minAfter := slices.Max(before), slices.Min(after)
+		if minAfter <= maxBefore {
+			o.violation(t, &v, "failover %d (%s): token %d granted after it is not above %d granted before it", i, f.kind, minAfter, maxBefore)
+		}
+		if lease.TokenTimeline(minAfter) <= lease.TokenTimeline(maxBefore) {
+			o.violation(t, &v, "failover %d (%s): tokens after it (%d, timeline %d) carry no higher timeline than before it (%d, timeline %d)",
+				i, f.kind, minAfter, lease.TokenTimeline(minAfter), maxBefore, lease.TokenTimeline(maxBefore))
+		}
+	}
+	return v
+}
+
+// spans counts the holds believed across each failover and what their
+// first renew on the new primary said; each failover needs at least one
+// that said true or false, and none may have failed.
+func (o *foLeaseOracle) spans(t *testing.T, fos []foFailover) (held, kept, lost int) {
+	t.Helper()
+	for i, f := range fos {
+		n := 0
+		for _, h := range o.holds {
+			if !h.start.Before(f.ts.Stopping) || !h.end.After(f.ts.Promoted) {
+				continue
+			}
+			k := slices.IndexFunc(h.renews, func(r foRenew) bool { return !r.sent.Before(f.ts.Promoted) })
+			if k < 0 {
+				continue // it ended otherwise (the run ended)
+			}
+			switch r := h.renews[k]; {
+			case r.err != "":
+				t.Errorf("failover %d (%s): the renew of %s held across it failed at %s: %s", i, f.kind, h, r.at.Format("15:04:05.000"), r.err)
+			case r.ok:
+				kept++
+				n++
+			default:
+				lost++
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("failover %d (%s): no lease held across it was renewed on the new primary", i, f.kind)
+		}
+		held += n
+	}
+	return held, kept, lost
+}
+
+// checkTable checks the entry/exit table on the final primary: every
+// acknowledged row is there, each row's token was granted for its name,
+// and a name's rows (in insertion order) never go back to a smaller
+// token. It returns the number of violations.
+func (o *foLeaseOracle) checkTable(t *testing.T, primary *pgtest.Cluster) int {
+	t.Helper()
+	v := 0
+	ctx := testenv.Context(t, 30*time.Second)
+	conn, err := testenv.Connect(ctx, primary, "appdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT k, name, token, ev FROM "+foLeaseLogTable+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := map[string]map[int64]bool{}
+	for _, h := range o.holds {
+		if granted[h.name] == nil {
+			granted[h.name] = map[int64]bool{}
+		}
+		granted[h.name][h.token] = true
+	}
+	have := map[int64]bool{}
+	last := map[string]int64{}
+	n := 0
+	for rows.Next() {
+		var a foAck
+		if err := rows.Scan(&a.k, &a.name, &a.token, &a.ev); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		have[a.k] = true
+		if !granted[a.name][a.token] {
+			o.violation(t, &v, "table row %d: %s %s with token %d, never granted for it", a.k, a.ev, a.name, a.token)
+		}
+		if a.token < last[a.name] {
+			o.violation(t, &v, "table row %d: %s %s with token %d after a row with token %d", a.k, a.ev, a.name, a.token, last[a.name])
+		}
+		last[a.name] = max(last[a.name], a.token)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, a := range o.acks {
+		if !have[a.k] {
+			missing = append(missing, fmt.Sprintf("%d (%s %s %d)", a.k, a.ev, a.name, a.token))
+		}
+	}
+	if len(missing) > 0 {
+		v += len(missing)
+		t.Errorf("%d of %d acknowledged rows are not on the primary: %s", len(missing), len(o.acks), strings.Join(missing[:min(len(missing), 10)], ", "))
+	}
+	t.Logf("table: %d rows on the final primary, %d acknowledged", n, len(o.acks))
+	return v
 }
