@@ -234,8 +234,10 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 		t.Error("lease_renew(kept) = false at the end")
 	}
 	if len(after) > 0 {
-		t.Logf("before the failover: %d grants, tokens %d..%d (kept %d, moved %d then %d, lost %d); after: %d grants, tokens %d..%d",
-			len(handed), handed[0], maxBefore, tKept, tMoved, tTake, tLost, len(after), after[0], slices.Max(after))
+		seq := func(tok int64) int64 { return tok &^ (lease.TokenTimeline(tok) << lease.TokenTimelineShift) }
+		t.Logf("before the failover: %d grants, tokens %d..%d (timeline %d, sequence up to %d; kept %d, moved %d then %d, lost %d); after: %d grants, tokens %d..%d (timeline %d, sequence from %d)",
+			len(handed), handed[0], maxBefore, lease.TokenTimeline(maxBefore), seq(maxBefore), tKept, tMoved, tTake, tLost,
+			len(after), after[0], slices.Max(after), lease.TokenTimeline(after[0]), seq(after[0]))
 	}
 }
 
@@ -292,15 +294,20 @@ type foLeaseOracle struct {
 	holds    []*foHold
 	acks     []foAck
 	nulls    int
-	errs     map[string]int // where: error text → count
+	errs     map[string]int // where and SQLSTATE → count
 	working  int            // sticky holds in their work phase
 	failing  bool           // a failover is under way
 	failDone chan struct{}  // closed when it is over
 }
 
+// fail counts an error a client got, by where and SQLSTATE.
 func (o *foLeaseOracle) fail(where string, err error) {
+	code := testenv.Code(err)
+	if code == "" {
+		code = "connection error"
+	}
 	o.mu.Lock()
-	o.errs[where+": "+errText(err)]++
+	o.errs[where+" "+code]++
 	o.mu.Unlock()
 }
 
