@@ -259,6 +259,7 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 
 	// The oracle's clients go on on the new primary; then their record is checked.
 	testenv.Eventually(t, 30*time.Second, "10 grants of the oracle's clients after the failover", func() bool { return o.grantsAfter(f.ts.Promoted) >= 10 })
+	testenv.Eventually(t, 30*time.Second, "the oracle's holds across the failover to end", func() bool { return o.openBefore(f.ts.Promoted) == 0 })
 	stop()
 	fos := []foFailover{f}
 	violations := o.check(t, fos, true)
@@ -287,7 +288,7 @@ const (
 	foLeaseLogTable = "fo_lease_log"
 )
 
-var foLeaseNames = []string{"fo-lease-0", "fo-lease-1", "fo-lease-2"}
+var foLeaseNames = []string{"fo-lease-0", "fo-lease-1", "fo-lease-2", "fo-lease-3"}
 
 // foHold is one grant a client received: it believes it holds the lease
 // from start (acquire's reply) to end (the release about to be sent, the
@@ -661,6 +662,20 @@ func (o *foLeaseOracle) grantsBetween(from, to time.Time) int {
 	return n
 }
 
+// openBefore is the number of holds granted before t that are still
+// believed.
+func (o *foLeaseOracle) openBefore(t time.Time) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, h := range o.holds {
+		if h.start.Before(t) && h.end.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 // grantsAfter is the number of grants received after t.
 func (o *foLeaseOracle) grantsAfter(t time.Time) int {
 	o.mu.Lock()
@@ -692,7 +707,7 @@ func (o *foLeaseOracle) summary(lps []*testenv.Lockpool) string {
 }
 
 // TestFailoverLeaseOracle: two lockpool instances over a primary and its
-// synchronous standby, three clients on each looping over three lease
+// synchronous standby, three clients on each looping over four lease
 // names (acquire with a 10 s ttl; if granted: an entry row fenced by the
 // token into a table on the primary through lockpool, work, lease_renew,
 // an exit row, release), while the primary changes: two switchovers and a
@@ -751,6 +766,7 @@ func TestFailoverLeaseOracle(t *testing.T) {
 	}
 	last := time.Now()
 	testenv.Eventually(t, 30*time.Second, "10 grants after the last failover", func() bool { return o.grantsAfter(last) >= 10 })
+	testenv.Eventually(t, 30*time.Second, "the holds across the last failover to end", func() bool { return o.openBefore(last) == 0 })
 	stop()
 
 	violations := o.check(t, fos, false)
