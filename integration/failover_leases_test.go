@@ -32,21 +32,21 @@ func startLeaseFailoverLockpool(t *testing.T, pair *testenv.Pair, id string) *te
 	lp, log := testenv.StartYAML(t, yaml)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("lockpool %s log (last 30000 bytes):\n%s", id, tailString(log.String(), 30000))
+			t.Logf("lockpool %s log (last 30000 bytes):\n%s", id, foTail(log.String(), 30000))
 		}
 	})
 	return lp
 }
 
-func tailString(s string, n int) string {
+func foTail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[len(s)-n:]
 }
 
-// waitPrimary waits until every lockpool sees c as the primary.
-func waitPrimary(t *testing.T, c *pgtest.Cluster, lps ...*testenv.Lockpool) {
+// foWaitPrimary waits until every lockpool sees c as the primary.
+func foWaitPrimary(t *testing.T, c *pgtest.Cluster, lps ...*testenv.Lockpool) {
 	t.Helper()
 	for _, l := range lps {
 		testenv.Eventually(t, 30*time.Second, "lockpool to see "+testenv.Addr(c)+" as the primary", func() bool {
@@ -55,9 +55,9 @@ func waitPrimary(t *testing.T, c *pgtest.Cluster, lps ...*testenv.Lockpool) {
 	}
 }
 
-// standbyLease reads lease name's token and holder on c (a standby, read
+// foStandbyLease reads lease name's token and holder on c (a standby, read
 // only); ok is false when it has no row.
-func standbyLease(t *testing.T, c *pgtest.Cluster, name string) (token int64, holder string, live, ok bool) {
+func foStandbyLease(t *testing.T, c *pgtest.Cluster, name string) (token int64, holder string, live, ok bool) {
 	t.Helper()
 	ctx := testenv.Context(t, 10*time.Second)
 	conn, err := testenv.Connect(ctx, c, "appdb")
@@ -85,17 +85,18 @@ func standbyLease(t *testing.T, c *pgtest.Cluster, name string) (token int64, ho
 // standby missed get false from their next lease_renew, before and after
 // another holder took the lease, and their token no longer fences; the
 // session whose release the standby missed gets a new, larger token, not
-// its old one; the lease whose grant and renewals reached the standby
-// (only the last renewal did not) is still its holder's, with its token,
-// and nobody else can take it. Meanwhile the clients of the lease oracle
+// its old one; the lease whose grant reached the standby (its later
+// renewals did not) is still its holder's, with its token, and nobody else
+// can take it. Meanwhile the clients of the lease oracle
 // (TestFailoverLeaseOracle) loop on their own names through both
 // lockpools, grants of theirs are missed too, and their record passes
 // the oracle: no two holders at once (a hold the new primary never
 // confirmed counts until the crash: its holder learns of the loss at its
 // next renew, which never says true), tokens strictly increasing per name
 // and above every earlier one after the failover, the table's rows of a
-// name never going back to a smaller token, and the rows acknowledged
-// before the standby stopped receiving still there.
+// name never going back to a smaller token, the rows acknowledged before
+// the standby stopped receiving still there, and a hold whose grant the
+// standby missed, believed across the failover, renews false.
 func TestFailoverLeaseMissedCommits(t *testing.T) {
 	pair := testenv.StartPair(t, false)
 	a := startLeaseFailoverLockpool(t, pair, "fo-missed-a")
@@ -159,11 +160,11 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 
 	// The standby has the state of before: moved still held by hMoved's
 	// session with its first token, no row of lost or the bulk grants.
-	if tok, _, live, ok := standbyLease(t, next, "moved"); !ok || tok != tMoved || !live {
+	if tok, _, live, ok := foStandbyLease(t, next, "moved"); !ok || tok != tMoved || !live {
 		t.Fatalf("moved on the standby: token %d live %v found %v; want %d, live", tok, live, ok, tMoved)
 	}
 	for _, name := range []string{"lost", "bulk-0", fmt.Sprintf("bulk-%d", bulk-1)} {
-		if _, _, _, ok := standbyLease(t, next, name); ok {
+		if _, _, _, ok := foStandbyLease(t, next, name); ok {
 			t.Fatalf("the standby has a row of %s, granted after its WAL receiver stopped", name)
 		}
 	}
@@ -179,7 +180,7 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 	}
 	f.ts.Promoted = time.Now()
 	pair.Primary, pair.Standby = next, old
-	waitPrimary(t, next, a, b)
+	foWaitPrimary(t, next, a, b)
 	o.endFailover()
 
 	// The holders whose grants were lost: false, before anyone else took
@@ -280,7 +281,8 @@ func TestFailoverLeaseMissedCommits(t *testing.T) {
 	}
 }
 
-// The lease oracle across failovers (TestFailoverLeaseOracle).
+// The lease oracle across failovers (TestFailoverLeaseOracle, and the
+// clients that run through TestFailoverLeaseMissedCommits).
 const (
 	foLeaseTTL      = 10.0 // seconds: well above a failover's outage, so the keeper keeps live leases
 	foLeaseWait     = 1.0  // seconds an acquire waits for a busy lease
@@ -324,16 +326,16 @@ type foAck struct {
 	at    time.Time
 }
 
-// foLeaseOracle runs the clients of TestFailoverLeaseOracle and records
-// what they saw. Sticky clients keep a lease in their work phase through a
+// foLeaseOracle runs the lease oracle's clients and records what they saw. Sticky clients keep a lease in their work phase through a
 // failover that began during it (the failover waits for one to be in it),
 // so that every failover has holds across it; the others work briefly and
 // meet the failovers wherever they fall.
 type foLeaseOracle struct {
-	k    atomic.Int64 // the last row key handed out
-	run  context.Context
-	wg   sync.WaitGroup
-	seed uint64
+	k       atomic.Int64 // the last row key handed out
+	clients atomic.Int64 // clients started
+	run     context.Context
+	wg      sync.WaitGroup
+	seed    uint64
 
 	mu       sync.Mutex
 	holds    []*foHold
@@ -383,8 +385,10 @@ func (o *foLeaseOracle) endFailover() {
 	}
 }
 
-// pace spaces out a client's retries after an error (not a synchronisation).
-func pace(ctx context.Context, d time.Duration) bool {
+// foPace waits d, or until ctx ends (false then): a client's work, the
+// pacing of its retries, the failovers' schedule; none of them a
+// synchronisation.
+func foPace(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -415,7 +419,7 @@ func (o *foLeaseOracle) client(ctx context.Context, dsn, id string, sticky bool,
 			if err != nil {
 				if ctx.Err() == nil {
 					o.fail("connect", err)
-					pace(ctx, 50*time.Millisecond)
+					foPace(ctx, 50*time.Millisecond)
 				}
 				continue
 			}
@@ -431,7 +435,7 @@ func (o *foLeaseOracle) client(ctx context.Context, dsn, id string, sticky bool,
 			if conn.IsClosed() {
 				drop()
 			}
-			pace(ctx, 50*time.Millisecond)
+			foPace(ctx, 50*time.Millisecond)
 			continue
 		}
 		if !ok {
@@ -477,7 +481,7 @@ func (o *foLeaseOracle) hold(ctx context.Context, conn *pgx.Conn, h *foHold, rng
 		o.working++
 		o.mu.Unlock()
 	}
-	if !pace(ctx, work) { // the work
+	if !foPace(ctx, work) { // the work
 		o.end(h, "stopped")
 		return false
 	}
@@ -518,7 +522,7 @@ func (o *foLeaseOracle) hold(ctx context.Context, conn *pgx.Conn, h *foHold, rng
 		return o.writeFailed(ctx, conn, h, "exit", err)
 	}
 	o.end(h, "released") // before the release is sent
-	released, err := leaseRelease(ctx, conn, h.name)
+	released, err := foLeaseRelease(ctx, conn, h.name)
 	if err != nil {
 		if ctx.Err() == nil {
 			o.fail("release", err)
@@ -533,7 +537,7 @@ func (o *foLeaseOracle) hold(ctx context.Context, conn *pgx.Conn, h *foHold, rng
 	return true
 }
 
-func leaseRelease(ctx context.Context, c *pgx.Conn, name string) (bool, error) {
+func foLeaseRelease(ctx context.Context, c *pgx.Conn, name string) (bool, error) {
 	var ok bool
 	err := c.QueryRow(ctx, "SELECT lease_release($1)", name).Scan(&ok)
 	return ok, err
@@ -628,7 +632,7 @@ func startFoLeaseOracle(t *testing.T, pair *testenv.Pair, lps []*testenv.Lockpoo
 
 // join starts one more client of the oracle, through l.
 func (o *foLeaseOracle) join(l *testenv.Lockpool, id string, sticky bool) {
-	seed := o.seed + uint64(o.k.Add(1))<<20 // distinct per client
+	seed := o.seed + uint64(o.clients.Add(1)) // distinct per client
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -695,15 +699,19 @@ func (o *foLeaseOracle) summary(lps []*testenv.Lockpool) string {
 	for _, l := range lps {
 		keeperLost += l.Metric("lockpool_lease_operations_total", map[string]string{"op": "keeper_renew", "result": "lost"})
 	}
-	renewLost := 0
+	renewLost, releaseFalse := 0, 0
 	for _, h := range o.holds {
 		for _, r := range h.renews {
 			if r.err == "" && !r.ok {
 				renewLost++
 			}
 		}
+		if h.releaseFalse {
+			releaseFalse++
+		}
 	}
-	return fmt.Sprintf("acquisitions=%d null=%d acked_rows=%d renew_lost=%d keeper_lost=%.0f", len(o.holds), o.nulls, len(o.acks), renewLost, keeperLost)
+	return fmt.Sprintf("acquisitions=%d null=%d acked_rows=%d renew_lost=%d keeper_lost=%.0f release_false=%d",
+		len(o.holds), o.nulls, len(o.acks), renewLost, keeperLost, releaseFalse)
 }
 
 // TestFailoverLeaseOracle: two lockpool instances over a primary and its
@@ -739,7 +747,7 @@ func TestFailoverLeaseOracle(t *testing.T) {
 	var fos []foFailover
 	base := time.Now()
 	for i := range plan.Failovers {
-		pace(context.Background(), time.Until(base.Add(time.Duration(i)*plan.Every)))
+		foPace(context.Background(), time.Until(base.Add(time.Duration(i)*plan.Every)))
 		testenv.Eventually(t, 30*time.Second, "a sticky holder in its work phase", o.beginFailover)
 		f := foFailover{kind: "switchover", began: time.Now()}
 		if i%2 == 1 {
@@ -756,7 +764,7 @@ func TestFailoverLeaseOracle(t *testing.T) {
 			o.endFailover()
 			t.Fatalf("failover %d (%s): %v", i, f.kind, err)
 		}
-		waitPrimary(t, pair.Primary, lps...)
+		foWaitPrimary(t, pair.Primary, lps...)
 		o.endFailover()
 		fos = append(fos, f)
 		t.Logf("failover %d (%s) to %s: stopped %v after it began, promoted %v, rejoined %v, lockpools follow %v",
