@@ -69,8 +69,13 @@
 // holds another token does not renew; the session forgets the lease and
 // gets the lost-lease warning. Nothing re-creates a row for a holder except
 // that session's own lease_acquire, which then grants a new, larger token
-// (and warns that the old one was lost). Expiry is judged by the new
-// primary's clock: keep the servers' clocks in sync.
+// (and warns that the old one was lost). A re-acquire keeps the token only
+// when the row holds the token the session believes it holds: when the new
+// primary missed a release (and the takeover after it), its row still names
+// the releasing session with its old token, and that session's next
+// lease_acquire gets a new token, above the takeover's, not the old one
+// back. Expiry is judged by the new primary's clock: keep the servers'
+// clocks in sync.
 //
 // # Fencing
 //

@@ -255,3 +255,75 @@ func TestFailoverLeaseKeptOrLost(t *testing.T) {
 		t.Fatalf("the old holder released lost: %v, %v", ok, err)
 	}
 }
+
+// TestFailoverLostReleaseNewToken: a session released a lease and another
+// session took it over, both after the standby's WAL receiver stopped; the
+// primary crashed and the standby was promoted. On the new primary the
+// row still names the releasing session with its first token, live. That
+// session's next acquire gets a new token, above the takeover's (handed
+// out before the failover), not its first token back; the takeover holder
+// renews false.
+func TestFailoverLostReleaseNewToken(t *testing.T) {
+	primary, standby := failoverPair(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const schema = "lp_fo_release"
+	var cur atomic.Pointer[pgtest.Cluster]
+	cur.Store(primary)
+	s, _ := followingStore(t, &cur, schema, "fo-release")
+	a := s.NewSession(appDB, 1)
+	b := s.NewSession(appDB, 2)
+
+	first := mustAcquire(t, a, "res", time.Minute, 0)
+	if err := primary.WaitReplayed(ctx, standby); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.StopWALReceiver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.Release(ctx, "res"); !ok || err != nil {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	takeover := mustAcquire(t, b, "res", time.Minute, 0)
+	if takeover <= first {
+		t.Fatalf("takeover token %d not above %d", takeover, first)
+	}
+
+	failOver(t, &cur, primary, standby)
+
+	if ok, err := b.Renew(ctx, "res"); ok || err != nil {
+		t.Fatalf("the takeover holder's renew on the new primary = %v, %v; want false", ok, err)
+	}
+	again := mustAcquire(t, a, "res", time.Minute, 0)
+	if again <= takeover {
+		t.Fatalf("the releasing session's acquire on the new primary = %d, not above the takeover's %d (its first token was %d): tokens went backwards", again, takeover, first)
+	}
+	if ok, err := b.Renew(ctx, "res"); ok || err != nil {
+		t.Fatalf("the takeover holder's renew after the new grant = %v, %v; want false", ok, err)
+	}
+}
+
+// TestReacquireUnknownRowNewToken: a live row that names the session but
+// not with a token it believes it holds (a grant whose reply it never
+// got) is not handed back: the session's acquire gets a new token. A
+// re-acquire of a lease it does hold keeps the token.
+func TestReacquireUnknownRowNewToken(t *testing.T) {
+	c := pgtest.Require(t)
+	s, _ := newStore(t, c, "lp_unknown_row", "unknown")
+	ctx := ctxT(t, time.Minute)
+	a := s.NewSession(appDB, 1)
+	if _, err := s.db(ctx, appDB); err != nil {
+		t.Fatal(err)
+	}
+	// A grant the session never heard of.
+	lost, err := s.tryAcquire(ctx, appDB, "res", a.Holder(), nil, time.Minute)
+	if err != nil || !lost.got {
+		t.Fatalf("grant: %+v, %v", lost, err)
+	}
+	tok := mustAcquire(t, a, "res", time.Minute, 0)
+	if tok <= lost.token {
+		t.Fatalf("acquire = %d, not above the unknown grant's %d", tok, lost.token)
+	}
+	if again := mustAcquire(t, a, "res", time.Minute, 0); again != tok {
+		t.Fatalf("re-acquire of a held lease changed its token %d -> %d", tok, again)
+	}
+}

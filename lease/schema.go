@@ -95,23 +95,32 @@ func newNames(schema string) *names {
 	// second branch reports how long the holder has left (server clock).
 	// The new expiry uses clock_timestamp() so a takeover that waited behind
 	// a lease_fence still gets its whole ttl.
+	//
+	// A re-acquire keeps the token only when the row still holds the token
+	// the session believes it holds ($4; NULL when it believes it holds
+	// none). A live row of the session's holder with another token is one
+	// the session gave up or never heard of: a release or a takeover whose
+	// commit a promoted standby never saw, or a grant whose reply was lost.
+	// Handing that token out again would hand out a token below ones
+	// already granted (the takeover's), so the session gets a new one.
 	n.acquire = fmt.Sprintf(`WITH ins AS (
   INSERT INTO %[1]s AS l (name, holder, token, taken_at, renewed_at, expires_at)
   VALUES ($1, $2, %[2]s, now(), now(), clock_timestamp() + $3::float8 * interval '1 second')
   ON CONFLICT (name) DO UPDATE SET
     holder = excluded.holder,
-    token = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN l.token ELSE %[2]s END,
-    taken_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN l.taken_at ELSE clock_timestamp() END,
+    token = CASE WHEN %[3]s THEN l.token ELSE %[2]s END,
+    taken_at = CASE WHEN %[3]s THEN l.taken_at ELSE clock_timestamp() END,
     renewed_at = clock_timestamp(),
     expires_at = clock_timestamp() + $3::float8 * interval '1 second',
-    transitions = l.transitions + CASE WHEN l.holder = excluded.holder AND l.expires_at > now() THEN 0 ELSE 1 END
+    transitions = l.transitions + CASE WHEN %[3]s THEN 0 ELSE 1 END
   WHERE l.expires_at <= now() OR l.holder = excluded.holder
   RETURNING l.token
 )
 SELECT true, token, NULL::float8 FROM ins
 UNION ALL
 SELECT false, NULL::bigint, extract(epoch FROM c.expires_at) - extract(epoch FROM now())
-  FROM %[1]s c WHERE c.name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`, n.table, n.token)
+  FROM %[1]s c WHERE c.name = $1 AND NOT EXISTS (SELECT 1 FROM ins)`, n.table, n.token,
+		`l.holder = excluded.holder AND l.token = $4::bigint AND l.expires_at > now()`)
 
 	// Renewals compare with clock_timestamp(), not now(): a renewal whose
 	// transaction began before a release and waited for its row lock must

@@ -111,11 +111,14 @@ type attempt struct {
 	fenced bool          // the row is locked by a lease_fence transaction
 }
 
-func (s *Store) tryAcquire(ctx context.Context, database, name, holder string, ttl time.Duration) (attempt, error) {
+// tryAcquire runs one acquire of name for holder. held is the token the
+// session believes it holds (nil: none): only that token is kept by a
+// re-acquire.
+func (s *Store) tryAcquire(ctx context.Context, database, name, holder string, held *int64, ttl time.Duration) (attempt, error) {
 	var a attempt
 	err := s.withConn(ctx, database, func(c *pgx.Conn) error {
 		a = attempt{}
-		rows, err := c.Query(ctx, s.names.acquire, name, holder, ttl.Seconds())
+		rows, err := c.Query(ctx, s.names.acquire, name, holder, ttl.Seconds(), held)
 		if err != nil {
 			return err
 		}
@@ -183,7 +186,7 @@ func (ss *Session) Acquire(ctx context.Context, name string, ttl, wait time.Dura
 	deadline := start.Add(wait)
 	for {
 		at := time.Now()
-		a, err := s.tryAcquire(ctx, ss.database, name, ss.holder, ttl)
+		a, err := s.tryAcquire(ctx, ss.database, name, ss.holder, ss.heldToken(name), ttl)
 		if err != nil {
 			observe()
 			if ctx.Err() != nil {
@@ -254,6 +257,17 @@ func (ss *Session) Acquire(ctx context.Context, name string, ttl, wait time.Dura
 		case <-t.C:
 		}
 	}
+}
+
+// heldToken is the token the session believes it holds name with, or nil.
+func (ss *Session) heldToken(name string) *int64 {
+	ss.lock()
+	defer ss.unlock()
+	if h := ss.held[name]; h != nil {
+		tok := h.token
+		return &tok
+	}
+	return nil
 }
 
 func (ss *Session) isClosed() bool {
