@@ -765,7 +765,7 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}
-	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) {
+	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) && !noStandby(err, cfg.Target) {
 		m.ServerReached("pool", err)
 	}
 	if f := m.onDial.Load(); err == nil && f != nil {
