@@ -716,6 +716,17 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 		case <-ctx.Done():
 			return nil, ep, ctx.Err()
 		}
+		if ep.Host != nil {
+			// The turn may have come late: each dial ahead of this one can
+			// take connect_timeout (a host that stopped answering), and
+			// the host chosen before the wait may be down or replaced now.
+			now, ok := m.hosts.Pick(cfg.Target)
+			if !ok {
+				<-m.dialSem
+				continue // routeDial waits for a host, within the deadline
+			}
+			at, ep = srv.At(now.Addr()), now
+		}
 		c, err := m.gatedDial(ctx, at, cfg, database) // limit.go
 		<-m.dialSem
 		if err == nil && ep.Host != nil {
