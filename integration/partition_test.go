@@ -31,6 +31,7 @@ type ptCall struct {
 	what       string
 	start, end time.Time
 	err        error
+	port       int // inet_server_port() of a read that answered
 }
 
 // ptClients are pgx clients through lockpool of kinds:
@@ -41,7 +42,8 @@ type ptCall struct {
 //   - sleep: running SELECT pg_sleep(60) when the partition begins; then a
 //     loop;
 //   - idle: one transaction before the partition, nothing during it, then
-//     a loop once the partition is healed.
+//     a loop once there is a primary again (the partition healed, or a
+//     standby promoted).
 //
 // Every call is timed and recorded, with a guard of ptCallGuard: a call
 // that takes that long hangs.
@@ -53,7 +55,7 @@ type ptClients struct {
 	wg     sync.WaitGroup
 
 	partitioned chan struct{} // closed when the partition begins
-	healed      chan struct{} // closed when it ends
+	back        chan struct{} // closed when the primary is back, or replaced
 	ready       sync.WaitGroup
 
 	mu    sync.Mutex
@@ -63,7 +65,7 @@ type ptClients struct {
 func startPTClients(t *testing.T, dsn string, loops, midtx, sleeps, idle int) *ptClients {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testenv.Context(t, 2*time.Minute))
-	c := &ptClients{t: t, ctx: ctx, dsn: dsn, cancel: cancel, partitioned: make(chan struct{}), healed: make(chan struct{})}
+	c := &ptClients{t: t, ctx: ctx, dsn: dsn, cancel: cancel, partitioned: make(chan struct{}), back: make(chan struct{})}
 	t.Cleanup(c.stop)
 	start := func(name string, run func(name string)) {
 		c.ready.Add(1)
@@ -99,18 +101,24 @@ func (c *ptClients) stop() {
 
 // call runs f as one timed call of client and records it.
 func (c *ptClients) call(client, what string, f func(ctx context.Context) error) error {
+	_, err := c.callPort(client, what, func(ctx context.Context) (int, error) { return 0, f(ctx) })
+	return err
+}
+
+// callPort is call for a read that returns the server's port.
+func (c *ptClients) callPort(client, what string, f func(ctx context.Context) (int, error)) (int, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, ptCallGuard)
 	defer cancel()
 	start := time.Now()
-	err := f(ctx)
+	port, err := f(ctx)
 	end := time.Now()
 	if c.ctx.Err() != nil {
-		return err // the test is over: not a result
+		return port, err // the test is over: not a result
 	}
 	c.mu.Lock()
-	c.calls = append(c.calls, ptCall{client: client, what: what, start: start, end: end, err: err})
+	c.calls = append(c.calls, ptCall{client: client, what: what, start: start, end: end, err: err, port: port})
 	c.mu.Unlock()
-	return err
+	return port, err
 }
 
 // connect opens a connection through lockpool as one timed call.
@@ -124,8 +132,8 @@ func (c *ptClients) connect(client string) (*pgx.Conn, error) {
 	return conn, err
 }
 
-// txn runs one transaction (BEGIN, a read, COMMIT), each statement a
-// timed call; it returns the first error, after which conn is closed.
+// txn runs one transaction (BEGIN, a read of the server's port, COMMIT),
+// each statement a timed call; it returns the first error, after which conn is closed.
 func (c *ptClients) txn(client string, conn *pgx.Conn) error {
 	var tx pgx.Tx
 	err := c.call(client, "BEGIN", func(ctx context.Context) error {
@@ -134,9 +142,10 @@ func (c *ptClients) txn(client string, conn *pgx.Conn) error {
 		return err
 	})
 	if err == nil {
-		err = c.call(client, "SELECT", func(ctx context.Context) error {
-			var pid uint32
-			return tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+		_, err = c.callPort(client, "SELECT", func(ctx context.Context) (int, error) {
+			var port int
+			err := tx.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port)
+			return port, err
 		})
 	}
 	if err == nil {
@@ -228,8 +237,8 @@ func (c *ptClients) sleep(client string) {
 	c.loop(client, conn)
 }
 
-// idle runs one transaction before the partition, then waits for the
-// heal, then loops on the same connection.
+// idle runs one transaction before the partition, then waits until the
+// primary is back (or replaced), then loops on the same connection.
 func (c *ptClients) idle(client string) {
 	conn, err := c.connect(client)
 	if err == nil {
@@ -241,7 +250,7 @@ func (c *ptClients) idle(client string) {
 		return
 	}
 	select {
-	case <-c.healed:
+	case <-c.back:
 	case <-c.ctx.Done():
 		_ = conn.Close(context.Background())
 		return
@@ -322,7 +331,7 @@ func outcomes(calls []ptCall) string {
 // client, so no client waits for a slot.
 func startPartitionLockpool(t *testing.T, pair *testenv.Pair) (*testenv.Lockpool, *testenv.LogBuffer) {
 	t.Helper()
-	api := testenv.App{Name: "api", User: "app", DB: "appdb", Max: 16, Pinned: 1, Advisory: "pin", State: "pin", Wait: "2s"}
+	api := testenv.App{Name: "api", User: "app", DB: "appdb", Max: 24, Pinned: 1, Advisory: "pin", State: "pin", Wait: "2s"}
 	yaml := testenv.HostsYAML([]*pgtest.Cluster{pair.Primary, pair.Standby}, 40, "", ptServerLines, api)
 	lp, log := testenv.StartYAML(t, yaml)
 	t.Cleanup(func() {
@@ -338,10 +347,11 @@ func startPartitionLockpool(t *testing.T, pair *testenv.Pair) (*testenv.Lockpool
 }
 
 // TestPartitionClients: the primary is cut off the network (its packets
-// dropped, no reset) for ten seconds while pgx clients work through
-// lockpool with tcp_user_timeout 3s: clients looping over transactions,
-// clients inside a transaction, clients running pg_sleep, and idle
-// clients. Every call that was running during the partition returns, with
+// dropped, no reset) for ten seconds while eighteen pgx clients work
+// through lockpool with tcp_user_timeout 3s and connect_timeout 2s: clients
+// looping over transactions (more than server.dial_concurrency, so that
+// their new server connections wait for their turn to dial), clients inside
+// a transaction, clients running pg_sleep, and idle clients. Every call that was running during the partition returns, with
 // an error or an answer, within tcp_user_timeout + 2 s of the partition or
 // of its own start; none hangs; SHOW HOSTS says the primary is down. Once
 // the partition heals, service resumes: every client, the idle ones
@@ -351,7 +361,7 @@ func TestPartitionClients(t *testing.T) {
 	lp, log := startPartitionLockpool(t, pair)
 	ctx := testenv.Context(t, 2*time.Minute)
 
-	const loops, midtx, sleeps, idle = 4, 2, 2, 2
+	const loops, midtx, sleeps, idle = 12, 2, 2, 2
 	cl := startPTClients(t, lp.DSN("app", "appdb"), loops, midtx, sleeps, idle)
 	cl.ready.Wait()
 	waitSleeping(t, ctx, pair.Primary, sleeps)
@@ -377,34 +387,11 @@ func TestPartitionClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	healed := time.Now()
-	close(cl.healed)
+	close(cl.back)
 
 	// Service resumes: every client completes a transaction that began
 	// after the heal.
-	clients := []string{}
-	for _, k := range []struct {
-		kind string
-		n    int
-	}{{"loop", loops}, {"midtx", midtx}, {"sleep", sleeps}, {"idle", idle}} {
-		for i := range k.n {
-			clients = append(clients, fmt.Sprintf("%s%d", k.kind, i))
-		}
-	}
-	resumedAt := map[string]time.Time{}
-	testenv.Eventually(t, 20*time.Second, "a committed transaction of every client after the heal", func() bool {
-		for _, c := range cl.snapshot() {
-			if c.what == "COMMIT" && c.err == nil && c.start.After(healed) {
-				if _, ok := resumedAt[c.client]; !ok {
-					resumedAt[c.client] = c.end
-				}
-			}
-		}
-		return len(resumedAt) == len(clients)
-	})
-	var lastResume time.Duration
-	for _, at := range resumedAt {
-		lastResume = max(lastResume, at.Sub(healed))
-	}
+	lastResume := cl.waitResumed(healed, pair.Primary.Port, loops, midtx, sleeps, idle)
 	n := len(cl.snapshot())
 	testenv.Eventually(t, 10*time.Second, "transactions go on", func() bool { return len(cl.snapshot()) >= n+100 })
 	cl.stop()
@@ -424,11 +411,14 @@ func TestPartitionClients(t *testing.T) {
 		}
 	}
 	// After the heal, the clients run on the primary again: no failed
-	// call began later than a second after it.
+	// call began later than a second after it, and every read ran there.
 	for _, c := range calls {
 		if c.err != nil && c.start.After(healed.Add(time.Second)) {
 			t.Errorf("%s: %s at %v, %v after the heal: %v", c.client, c.what, c.start.Format("15:04:05.000"),
 				c.start.Sub(healed).Round(time.Millisecond), errText(c.err))
+		}
+		if c.what == "SELECT" && c.err == nil && c.port != pair.Primary.Port {
+			t.Errorf("%s: a read ran on port %d, not the primary's %d", c.client, c.port, pair.Primary.Port)
 		}
 	}
 	if !strings.Contains(log.String(), "hosts: host does not answer") {
@@ -436,6 +426,65 @@ func TestPartitionClients(t *testing.T) {
 	}
 	if st := testenv.HostRow(lp.Hosts(), pair.Primary).State; st != "primary" {
 		t.Errorf("SHOW HOSTS after the heal: the primary is %s", st)
+	}
+	logFailures(t, calls, cut)
+}
+
+// waitResumed waits until every client committed a transaction that
+// began after since and read port as inet_server_port(), and returns how
+// long after since the last of them committed its first such transaction.
+func (c *ptClients) waitResumed(since time.Time, port, loops, midtx, sleeps, idle int) time.Duration {
+	c.t.Helper()
+	want := map[string]bool{}
+	for _, k := range []struct {
+		kind string
+		n    int
+	}{{"loop", loops}, {"midtx", midtx}, {"sleep", sleeps}, {"idle", idle}} {
+		for i := range k.n {
+			want[fmt.Sprintf("%s%d", k.kind, i)] = true
+		}
+	}
+	var last time.Duration
+	testenv.Eventually(c.t, 20*time.Second, fmt.Sprintf("a transaction of every client on port %d", port), func() bool {
+		onPort := map[string]bool{} // the client's last read, since since, ran on port
+		done := map[string]time.Time{}
+		for _, x := range c.snapshot() {
+			if x.start.Before(since) {
+				continue
+			}
+			switch {
+			case x.what == "SELECT" && x.err == nil:
+				onPort[x.client] = x.port == port
+			case x.what == "COMMIT" && x.err == nil && onPort[x.client]:
+				if _, ok := done[x.client]; !ok {
+					done[x.client] = x.end
+				}
+			}
+		}
+		last = 0
+		for cl := range want {
+			at, ok := done[cl]
+			if !ok {
+				return false
+			}
+			last = max(last, at.Sub(since))
+		}
+		return true
+	})
+	return last
+}
+
+// logFailures logs, when t failed, every failed call with its times from
+// the cut.
+func logFailures(t *testing.T, calls []ptCall, cut time.Time) {
+	if !t.Failed() {
+		return
+	}
+	for _, c := range calls {
+		if c.err != nil {
+			t.Logf("%s %s: from %v to %v after the cut: %s", c.client, c.what,
+				c.start.Sub(cut).Round(time.Millisecond), c.end.Sub(cut).Round(time.Millisecond), errText(c.err))
+		}
 	}
 }
 
@@ -448,4 +497,82 @@ func during(calls []ptCall, from, to time.Time) []ptCall {
 		}
 	}
 	return out
+}
+
+// TestPartitionPromote: the primary is cut off the network (no reset) while
+// pgx clients work through lockpool, and once lockpool finds it down the
+// standby is promoted: lockpool moves to the new primary without a restart
+// or a reload. Every call running meanwhile returns within tcp_user_timeout
+// + 2 s of the partition or of its own start; the clients inside a
+// transaction or in pg_sleep on the old primary get an error; every client,
+// the idle ones included, then commits transactions on the new primary
+// within seconds, none on the old one (also dials that waited for their
+// turn while the old primary was being given up);
+// lockpool_failovers_total is 1.
+func TestPartitionPromote(t *testing.T) {
+	pair := testenv.StartPairWith(t, testenv.PairOptions{NetNS: true})
+	lp, log := startPartitionLockpool(t, pair)
+	ctx := testenv.Context(t, 2*time.Minute)
+
+	const loops, midtx, sleeps, idle = 12, 2, 2, 2
+	cl := startPTClients(t, lp.DSN("app", "appdb"), loops, midtx, sleeps, idle)
+	cl.ready.Wait()
+	waitSleeping(t, ctx, pair.Primary, sleeps)
+	if t.Failed() {
+		t.FailNow()
+	}
+	testenv.Eventually(t, 10*time.Second, "the looping clients' transactions", func() bool { return len(cl.snapshot()) >= 100 })
+
+	old, next := pair.Primary, pair.Standby
+	if err := old.Partition(); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	close(cl.partitioned)
+	// The old primary stays cut off until the end: healed, it would answer
+	// as a second primary (a split brain, another test's matter).
+	testenv.Eventually(t, 10*time.Second, "SHOW HOSTS: the primary down", func() bool {
+		return testenv.HostRow(lp.Hosts(), old).State == "down"
+	})
+	down := time.Since(cut)
+	if err := next.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	pair.Primary, pair.Standby = next, old
+	close(cl.back)
+
+	lastResume := cl.waitResumed(promoted, next.Port, loops, midtx, sleeps, idle)
+	n := len(cl.snapshot())
+	testenv.Eventually(t, 10*time.Second, "transactions go on", func() bool { return len(cl.snapshot()) >= n+100 })
+	cl.stop()
+	calls := cl.snapshot()
+
+	longest, worst, checked, errs := checkBounded(t, calls, cut, time.Now())
+	t.Logf("SHOW HOSTS said down %v after the cut, promoted %v after it; %d calls ran since the cut, %d of them failed; longest wait %v (%s %s: %s); every client committed on the new primary within %v of the promotion",
+		down.Round(time.Millisecond), promoted.Sub(cut).Round(time.Millisecond), checked, errs, longest.Round(time.Millisecond),
+		worst.client, worst.what, errText(worst.err), lastResume.Round(time.Millisecond))
+	t.Logf("calls from the cut to the promotion:\n%s", outcomes(during(calls, cut, promoted)))
+	t.Logf("calls after the promotion:\n%s", outcomes(during(calls, promoted, time.Now())))
+	if lastResume > ptBound {
+		t.Errorf("the last client committed on the new primary %v after the promotion, want within %v", lastResume.Round(time.Millisecond), ptBound)
+	}
+	for _, c := range calls {
+		if (c.what == "in-transaction SELECT" || c.what == "pg_sleep") && c.err == nil {
+			t.Errorf("%s: %s succeeded across the partition, want an error", c.client, c.what)
+		}
+		if c.what == "SELECT" && c.err == nil && c.start.After(cut) && c.port != next.Port {
+			t.Errorf("%s: a read after the cut ran on port %d, not the new primary's %d", c.client, c.port, next.Port)
+		}
+	}
+	if got := lp.Metric("lockpool_failovers_total", nil); got != 1 {
+		t.Errorf("lockpool_failovers_total = %v, want 1", got)
+	}
+	if got := lp.Metric("lockpool_host_role", map[string]string{"host": testenv.Addr(next), "role": "primary"}); got != 1 {
+		t.Errorf("lockpool_host_role{host=%s,role=primary} = %v, want 1", testenv.Addr(next), got)
+	}
+	if !strings.Contains(log.String(), "hosts: primary changed") {
+		t.Error(`no log line "hosts: primary changed"`)
+	}
+	logFailures(t, calls, cut)
 }
