@@ -43,16 +43,19 @@ type ptCall struct {
 //     loop;
 //   - idle: one transaction before the partition, nothing during it, then
 //     a loop once there is a primary again (the partition healed, or a
-//     standby promoted).
+//     standby promoted);
+//   - burst: logged in, of an application of its own, and nothing run
+//     before the partition; all of them start a loop when it begins.
 //
 // Every call is timed and recorded, with a guard of ptCallGuard: a call
 // that takes that long hangs.
 type ptClients struct {
-	t      *testing.T
-	ctx    context.Context
-	dsn    string
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	t        *testing.T
+	ctx      context.Context
+	dsn      string
+	burstDSN string // the burst clients' application
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	partitioned chan struct{} // closed when the partition begins
 	back        chan struct{} // closed when the primary is back, or replaced
@@ -62,10 +65,34 @@ type ptClients struct {
 	calls []ptCall
 }
 
-func startPTClients(t *testing.T, dsn string, loops, midtx, sleeps, idle int) *ptClients {
+// ptKinds is how many clients of each kind a test runs.
+type ptKinds struct{ loop, midtx, sleep, idle, burst int }
+
+// names is every client's name.
+func (k ptKinds) names() []string {
+	var out []string
+	for _, x := range []struct {
+		kind string
+		n    int
+	}{{"loop", k.loop}, {"midtx", k.midtx}, {"sleep", k.sleep}, {"idle", k.idle}, {"burst", k.burst}} {
+		for i := range x.n {
+			out = append(out, fmt.Sprintf("%s%d", x.kind, i))
+		}
+	}
+	return out
+}
+
+// ptKindsUsed are the clients of the partition tests: more clients that
+// need a new server connection at once than server.dial_concurrency (4),
+// so that dials wait for their turn.
+var ptKindsUsed = ptKinds{loop: 12, midtx: 2, sleep: 2, idle: 2, burst: 14}
+
+// startPTClients starts the clients of kinds k: those of kind burst log in
+// at burstDSN, the others at dsn.
+func startPTClients(t *testing.T, dsn, burstDSN string, k ptKinds) *ptClients {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testenv.Context(t, 2*time.Minute))
-	c := &ptClients{t: t, ctx: ctx, dsn: dsn, cancel: cancel, partitioned: make(chan struct{}), back: make(chan struct{})}
+	c := &ptClients{t: t, ctx: ctx, dsn: dsn, burstDSN: burstDSN, cancel: cancel, partitioned: make(chan struct{}), back: make(chan struct{})}
 	t.Cleanup(c.stop)
 	start := func(name string, run func(name string)) {
 		c.ready.Add(1)
@@ -75,20 +102,23 @@ func startPTClients(t *testing.T, dsn string, loops, midtx, sleeps, idle int) *p
 			run(name)
 		}()
 	}
-	for i := range loops {
+	for i := range k.loop {
 		start(fmt.Sprintf("loop%d", i), func(name string) {
 			c.ready.Done()
 			c.loop(name, nil)
 		})
 	}
-	for i := range midtx {
+	for i := range k.midtx {
 		start(fmt.Sprintf("midtx%d", i), c.midTx)
 	}
-	for i := range sleeps {
+	for i := range k.sleep {
 		start(fmt.Sprintf("sleep%d", i), c.sleep)
 	}
-	for i := range idle {
+	for i := range k.idle {
 		start(fmt.Sprintf("idle%d", i), c.idle)
+	}
+	for i := range k.burst {
+		start(fmt.Sprintf("burst%d", i), c.burst)
 	}
 	return c
 }
@@ -123,10 +153,14 @@ func (c *ptClients) callPort(client, what string, f func(ctx context.Context) (i
 
 // connect opens a connection through lockpool as one timed call.
 func (c *ptClients) connect(client string) (*pgx.Conn, error) {
+	dsn := c.dsn
+	if strings.HasPrefix(client, "burst") {
+		dsn = c.burstDSN
+	}
 	var conn *pgx.Conn
 	err := c.call(client, "connect", func(ctx context.Context) error {
 		var err error
-		conn, err = pgx.Connect(ctx, c.dsn)
+		conn, err = pgx.Connect(ctx, dsn)
 		return err
 	})
 	return conn, err
@@ -258,6 +292,26 @@ func (c *ptClients) idle(client string) {
 	c.loop(client, conn)
 }
 
+// burst logs in before the partition, then starts its first transaction
+// when the partition begins, with the other burst clients: their
+// application's server connections are not enough, so most of them dial
+// then, while lockpool still takes the primary for up; then it loops.
+func (c *ptClients) burst(client string) {
+	conn, err := c.connect(client)
+	c.ready.Done()
+	if err != nil {
+		c.t.Errorf("%s: connect: %v", client, err)
+		return
+	}
+	select {
+	case <-c.partitioned:
+	case <-c.ctx.Done():
+		_ = conn.Close(context.Background())
+		return
+	}
+	c.loop(client, conn)
+}
+
 // snapshot is the calls so far.
 func (c *ptClients) snapshot() []ptCall {
 	c.mu.Lock()
@@ -326,13 +380,17 @@ func outcomes(calls []ptCall) string {
 	return strings.Join(lines, "\n")
 }
 
-// startPartitionLockpool runs lockpool over the pair with application api
-// (role app, target primary, pin) whose budget leaves room for every
-// client, so no client waits for a slot.
+// startPartitionLockpool runs lockpool over the pair with applications api
+// (role app) and burst (role burster), target primary, whose budgets leave
+// room for every client, so no client waits for a slot.
 func startPartitionLockpool(t *testing.T, pair *testenv.Pair) (*testenv.Lockpool, *testenv.LogBuffer) {
 	t.Helper()
+	if err := pair.Primary.CreateRole(testenv.Context(t, 30*time.Second), "burster", testenv.Password); err != nil {
+		t.Fatal(err)
+	}
 	api := testenv.App{Name: "api", User: "app", DB: "appdb", Max: 24, Pinned: 1, Advisory: "pin", State: "pin", Wait: "2s"}
-	yaml := testenv.HostsYAML([]*pgtest.Cluster{pair.Primary, pair.Standby}, 40, "", ptServerLines, api)
+	burst := testenv.App{Name: "burst", User: "burster", DB: "appdb", Max: 16, Pinned: 1, Advisory: "pin", State: "pin", Wait: "2s"}
+	yaml := testenv.HostsYAML([]*pgtest.Cluster{pair.Primary, pair.Standby}, 48, "", ptServerLines, api, burst)
 	lp, log := testenv.StartYAML(t, yaml)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -361,10 +419,9 @@ func TestPartitionClients(t *testing.T) {
 	lp, log := startPartitionLockpool(t, pair)
 	ctx := testenv.Context(t, 2*time.Minute)
 
-	const loops, midtx, sleeps, idle = 12, 2, 2, 2
-	cl := startPTClients(t, lp.DSN("app", "appdb"), loops, midtx, sleeps, idle)
+	cl := startPTClients(t, lp.DSN("app", "appdb"), lp.DSN("burster", "appdb"), ptKindsUsed)
 	cl.ready.Wait()
-	waitSleeping(t, ctx, pair.Primary, sleeps)
+	waitSleeping(t, ctx, pair.Primary, ptKindsUsed.sleep)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -391,7 +448,7 @@ func TestPartitionClients(t *testing.T) {
 
 	// Service resumes: every client completes a transaction that began
 	// after the heal.
-	lastResume := cl.waitResumed(healed, pair.Primary.Port, loops, midtx, sleeps, idle)
+	lastResume := cl.waitResumed(healed, pair.Primary.Port, ptKindsUsed)
 	n := len(cl.snapshot())
 	testenv.Eventually(t, 10*time.Second, "transactions go on", func() bool { return len(cl.snapshot()) >= n+100 })
 	cl.stop()
@@ -433,16 +490,11 @@ func TestPartitionClients(t *testing.T) {
 // waitResumed waits until every client committed a transaction that
 // began after since and read port as inet_server_port(), and returns how
 // long after since the last of them committed its first such transaction.
-func (c *ptClients) waitResumed(since time.Time, port, loops, midtx, sleeps, idle int) time.Duration {
+func (c *ptClients) waitResumed(since time.Time, port int, k ptKinds) time.Duration {
 	c.t.Helper()
 	want := map[string]bool{}
-	for _, k := range []struct {
-		kind string
-		n    int
-	}{{"loop", loops}, {"midtx", midtx}, {"sleep", sleeps}, {"idle", idle}} {
-		for i := range k.n {
-			want[fmt.Sprintf("%s%d", k.kind, i)] = true
-		}
+	for _, n := range k.names() {
+		want[n] = true
 	}
 	var last time.Duration
 	testenv.Eventually(c.t, 20*time.Second, fmt.Sprintf("a transaction of every client on port %d", port), func() bool {
@@ -514,10 +566,9 @@ func TestPartitionPromote(t *testing.T) {
 	lp, log := startPartitionLockpool(t, pair)
 	ctx := testenv.Context(t, 2*time.Minute)
 
-	const loops, midtx, sleeps, idle = 12, 2, 2, 2
-	cl := startPTClients(t, lp.DSN("app", "appdb"), loops, midtx, sleeps, idle)
+	cl := startPTClients(t, lp.DSN("app", "appdb"), lp.DSN("burster", "appdb"), ptKindsUsed)
 	cl.ready.Wait()
-	waitSleeping(t, ctx, pair.Primary, sleeps)
+	waitSleeping(t, ctx, pair.Primary, ptKindsUsed.sleep)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -542,7 +593,7 @@ func TestPartitionPromote(t *testing.T) {
 	pair.Primary, pair.Standby = next, old
 	close(cl.back)
 
-	lastResume := cl.waitResumed(promoted, next.Port, loops, midtx, sleeps, idle)
+	lastResume := cl.waitResumed(promoted, next.Port, ptKindsUsed)
 	n := len(cl.snapshot())
 	testenv.Eventually(t, 10*time.Second, "transactions go on", func() bool { return len(cl.snapshot()) >= n+100 })
 	cl.stop()
