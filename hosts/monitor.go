@@ -279,11 +279,22 @@ type result struct {
 	err        error
 }
 
-// checkSQL reads the role and the replay lag: 0 when the standby replayed
-// everything it received, else the time since the last replayed commit.
-const checkSQL = `SELECT pg_is_in_recovery(),
-  CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
-       ELSE COALESCE(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0) END`
+// checkSQL reads the role and the replay lag (lagSQL).
+var checkSQL = "SELECT pg_is_in_recovery(),\n  " +
+	lagSQL("pg_is_in_recovery()", "pg_last_wal_receive_lsn()", "pg_last_wal_replay_lsn()", "pg_last_xact_replay_timestamp()")
+
+// lagSQL is the replay lag in seconds of a host, from SQL expressions for
+// whether it is in recovery, the WAL position it received and the one it
+// replayed, and when the last transaction it replayed committed: 0 for a
+// primary and for a standby that replayed all the WAL it received, else
+// the time since that commit (0 when there is none). A standby that
+// restarted reports as received the start of the WAL segment it streams
+// from until more WAL comes, which may be behind what it replayed: that is
+// a standby that replayed all it received too, so the test is >=, not =.
+func lagSQL(inRecovery, received, replayed, replayedAt string) string {
+	return "CASE WHEN NOT " + inRecovery + " OR " + replayed + " >= " + received + " THEN 0\n" +
+		"       ELSE COALESCE(extract(epoch FROM now() - (" + replayedAt + ")), 0) END"
+}
 
 // check runs one check of h on conn (dialing when nil). It returns the
 // connection to keep (nil after a failure) and the result.

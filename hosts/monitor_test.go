@@ -3,6 +3,8 @@ package hosts
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -229,5 +231,48 @@ func TestStaleClaimConfirmed(t *testing.T) {
 	}
 	if _, ok := m.KnownPrimary(); ok {
 		t.Fatal("a primary during a split brain")
+	}
+}
+
+// TestLagSQL: the replay lag the checks compute, for the positions a host
+// may report: 0 for a primary and for a standby that replayed all it
+// received, also when what it reports as received is behind what it
+// replayed (a restarted standby streams from the start of a WAL segment
+// and reports that until more WAL comes); else the time since its last
+// replayed commit.
+func TestLagSQL(t *testing.T) {
+	c := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.SuperuserDSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const tenAgo = "now() - interval '10 seconds'"
+	for _, tc := range []struct {
+		name                                       string
+		inRecovery, received, replayed, replayedAt string
+		want                                       float64 // seconds
+	}{
+		{"primary", "false", "NULL::pg_lsn", "NULL::pg_lsn", "NULL::timestamptz", 0},
+		{"caught up", "true", "'0/30197E0'", "'0/30197E0'", tenAgo, 0},
+		{"restarted, received behind replayed", "true", "'0/3000000'", "'0/30197E0'", tenAgo, 0},
+		{"behind", "true", "'0/4000000'", "'0/30197E0'", tenAgo, 10},
+		{"nothing received since the start", "true", "NULL", "'0/30197E0'", tenAgo, 10},
+		{"behind, no commit replayed", "true", "'0/4000000'", "'0/30197E0'", "NULL::timestamptz", 0},
+	} {
+		sql := "SELECT (" + lagSQL(tc.inRecovery, tc.received+"::pg_lsn", tc.replayed+"::pg_lsn", tc.replayedAt) + ")::float8::text"
+		rr := conn.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		if rr.Err != nil || len(rr.Rows) != 1 {
+			t.Fatalf("%s: %v (%d rows)\n%s", tc.name, rr.Err, len(rr.Rows), sql)
+		}
+		var got float64
+		if _, err := fmt.Sscan(string(rr.Rows[0][0]), &got); err != nil {
+			t.Fatalf("%s: %q: %v", tc.name, rr.Rows[0][0], err)
+		}
+		if math.Abs(got-tc.want) > 1 {
+			t.Errorf("%s: lag %v s, want %v", tc.name, got, tc.want)
+		}
 	}
 }
