@@ -113,7 +113,7 @@ func (e *srEnv) read(conn *pgx.Conn, check func(srServed)) srServed {
 	e.t.Helper()
 	tx, err := conn.Begin(e.ctx)
 	if err != nil {
-		e.t.Fatalf("%s: BEGIN: %v", conn.Config().User, err)
+		e.t.Fatalf("%s: BEGIN: %v (%s)", conn.Config().User, err, pgDetail(err))
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	var s srServed
@@ -121,7 +121,7 @@ func (e *srEnv) read(conn *pgx.Conn, check func(srServed)) srServed {
 	err = tx.QueryRow(e.ctx, "SELECT pg_backend_pid(), pg_is_in_recovery(), inet_server_port(), (SELECT count(*) FROM sr_rows)").
 		Scan(&s.pid, &s.standby, &s.port, &n)
 	if err != nil {
-		e.t.Fatalf("%s: read: %v", conn.Config().User, err)
+		e.t.Fatalf("%s: read: %v (%s)", conn.Config().User, err, pgDetail(err))
 	}
 	if n < 1 {
 		e.t.Fatalf("%s: sr_rows has %d rows, want at least 1", conn.Config().User, n)
@@ -133,6 +133,15 @@ func (e *srEnv) read(conn *pgx.Conn, check func(srServed)) srServed {
 		e.t.Fatalf("%s: COMMIT: %v", conn.Config().User, err)
 	}
 	return s
+}
+
+// pgDetail is the detail of a PostgreSQL error (lockpool's 53300 names
+// the hosts' states there).
+func pgDetail(err error) string {
+	if pe := testenv.PgError(err); pe != nil {
+		return pe.Detail
+	}
+	return ""
 }
 
 // wantOn checks that a transaction of role user ran on host on (the
@@ -331,7 +340,8 @@ func TestStandbyRoutingLag(t *testing.T) {
 // after its wait_timeout with the no-standby hint and the standby named
 // down, lockpool_server_unreachable stays 0 (the primary answers), and a
 // target: prefer-standby application runs on the primary; once the standby
-// is started again both run on it.
+// is started again (the primary idle meanwhile), lockpool finds it within
+// max_lag, and both run on it.
 func TestStandbyRoutingDown(t *testing.T) {
 	e := startStandbyRouting(t)
 	reader := e.lp.Connect(t, "reader", "appdb")
@@ -359,12 +369,19 @@ func TestStandbyRoutingDown(t *testing.T) {
 	if err := e.pair.Standby.StartAgain(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
 	var err error
 	if e.onStandby, err = testenv.Connect(e.ctx, e.pair.Standby, "appdb"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.onStandby.Close(context.Background()) })
 	e.waitStates("primary", "standby")
+	// Until its WAL receiver streams again, the standby's lag counts from
+	// its last replayed commit; then it has replayed all it received.
+	testenv.Eventually(t, 20*time.Second, "the restarted standby within max_lag", func() bool {
+		return testenv.HostRow(e.lp.Hosts(), e.pair.Standby).LagSeconds <= srMaxLag.Seconds()
+	})
+	t.Logf("the restarted standby is within max_lag %v after its start", time.Since(restarted).Round(time.Millisecond))
 	e.read(reader, e.wantOn("reader", e.pair.Standby))
 	e.read(fallback, e.wantOn("fallback", e.pair.Standby))
 	e.wantReachable()
