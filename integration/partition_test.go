@@ -405,15 +405,17 @@ func startPartitionLockpool(t *testing.T, pair *testenv.Pair) (*testenv.Lockpool
 }
 
 // TestPartitionClients: the primary is cut off the network (its packets
-// dropped, no reset) for ten seconds while eighteen pgx clients work
-// through lockpool with tcp_user_timeout 3s and connect_timeout 2s: clients
-// looping over transactions (more than server.dial_concurrency, so that
-// their new server connections wait for their turn to dial), clients inside
-// a transaction, clients running pg_sleep, and idle clients. Every call that was running during the partition returns, with
-// an error or an answer, within tcp_user_timeout + 2 s of the partition or
-// of its own start; none hangs; SHOW HOSTS says the primary is down. Once
-// the partition heals, service resumes: every client, the idle ones
-// included, completes transactions again, on the primary.
+// dropped, no reset) for ten seconds while 32 pgx clients work through
+// lockpool with tcp_user_timeout 3s, connect_timeout 2s and wait_timeout
+// 2s: clients looping over transactions, clients inside a transaction,
+// clients running pg_sleep, idle clients, and a burst of clients that all
+// need a new server connection as the partition begins (more than
+// server.dial_concurrency, so dials wait for their turn). Every call that
+// was running during the partition returns, with an error or an answer,
+// within tcp_user_timeout + 2 s of the partition or of its own start; none
+// hangs; SHOW HOSTS says the primary is down. Once the partition heals,
+// service resumes: every client, the idle ones included, completes
+// transactions again, on the primary.
 func TestPartitionClients(t *testing.T) {
 	pair := testenv.StartPairWith(t, testenv.PairOptions{NetNS: true})
 	lp, log := startPartitionLockpool(t, pair)
@@ -552,15 +554,15 @@ func during(calls []ptCall, from, to time.Time) []ptCall {
 }
 
 // TestPartitionPromote: the primary is cut off the network (no reset) while
-// pgx clients work through lockpool, and once lockpool finds it down the
-// standby is promoted: lockpool moves to the new primary without a restart
-// or a reload. Every call running meanwhile returns within tcp_user_timeout
-// + 2 s of the partition or of its own start; the clients inside a
-// transaction or in pg_sleep on the old primary get an error; every client,
-// the idle ones included, then commits transactions on the new primary
-// within seconds, none on the old one (also dials that waited for their
-// turn while the old primary was being given up);
-// lockpool_failovers_total is 1.
+// the clients of TestPartitionClients work through lockpool, and once
+// lockpool finds it down the standby is promoted: lockpool moves to the new
+// primary without a restart or a reload. Every call running meanwhile
+// returns within tcp_user_timeout + 2 s of the partition or of its own
+// start; the clients inside a transaction or in pg_sleep on the old
+// primary get an error; every client, the idle ones included, commits on
+// the new primary within tcp_user_timeout + 2 s of the promotion, and no
+// read after the cut runs on the old primary (dials that waited for their
+// turn go to the new one); lockpool_failovers_total is 1.
 func TestPartitionPromote(t *testing.T) {
 	pair := testenv.StartPairWith(t, testenv.PairOptions{NetNS: true})
 	lp, log := startPartitionLockpool(t, pair)
