@@ -258,10 +258,12 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		if r.err != nil && conn == nil {
+		if r.err != nil && conn == nil && !timedOut(r.err) {
 			// One retry on a fresh connection: a check connection that was
 			// ended (pg_terminate_backend, a restart) says nothing about
-			// the host yet.
+			// the host yet. A check that timed out does: the host did not
+			// answer within the timeout, and is down now, not a second
+			// timeout later.
 			conn, r = m.check(ctx, h, nil)
 			if ctx.Err() != nil {
 				return
@@ -270,6 +272,13 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 		m.apply(h, r)
 		t.Reset(m.opts.Interval)
 	}
+}
+
+// timedOut reports whether a check failed because the host did not answer
+// in time (a dial or a query that timed out).
+func timedOut(err error) bool {
+	var ne net.Error
+	return pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // result is one check's outcome.
