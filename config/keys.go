@@ -176,7 +176,7 @@ var keys = []key{
 		meaning: "dialing plus server login",
 		at:      func(s any) any { return &s.(*Server).ConnectTimeout }},
 	{path: "server.dial_concurrency", restart: true, kind: kindInt, def: "4", check: atLeast(1),
-		meaning: "server connections being opened (dial and login) at once; more wait their turn, so a burst of clients does not make every login time out; a dial that fails for a connection error, a timeout, 53300 or 57P03 is retried for a waiting client within its `wait_timeout`",
+		meaning: "server connections being opened (dial and login) at once; more wait their turn (within the client's `wait_timeout`), so a burst of clients does not make every login time out; a dial that fails for a connection error, a timeout, 53300 or 57P03 is retried for a waiting client within its `wait_timeout`",
 		at:      func(s any) any { return &s.(*Server).DialConcurrency }},
 	{path: "server.tls", restart: true, kind: kindEnum, def: "prefer", options: []string{"disable", "prefer", "require", "verify-full"},
 		meaning: "TLS to PostgreSQL: `disable`, `prefer`, `require` or `verify-full` (as libpq's sslmode)",

@@ -258,10 +258,12 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		if r.err != nil && conn == nil {
+		if r.err != nil && conn == nil && !timedOut(r.err) {
 			// One retry on a fresh connection: a check connection that was
 			// ended (pg_terminate_backend, a restart) says nothing about
-			// the host yet.
+			// the host yet. A check that timed out does: the host did not
+			// answer within the timeout, and is down now, not a second
+			// timeout later.
 			conn, r = m.check(ctx, h, nil)
 			if ctx.Err() != nil {
 				return
@@ -272,6 +274,13 @@ func (m *Monitor) loop(ctx context.Context, h *Host, kick chan struct{}) {
 	}
 }
 
+// timedOut reports whether a check failed because the host did not answer
+// in time (a dial or a query that timed out).
+func timedOut(err error) bool {
+	var ne net.Error
+	return pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // result is one check's outcome.
 type result struct {
 	inRecovery bool
@@ -279,11 +288,22 @@ type result struct {
 	err        error
 }
 
-// checkSQL reads the role and the replay lag: 0 when the standby replayed
-// everything it received, else the time since the last replayed commit.
-const checkSQL = `SELECT pg_is_in_recovery(),
-  CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
-       ELSE COALESCE(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0) END`
+// checkSQL reads the role and the replay lag (lagSQL).
+var checkSQL = "SELECT pg_is_in_recovery(),\n  " +
+	lagSQL("pg_is_in_recovery()", "pg_last_wal_receive_lsn()", "pg_last_wal_replay_lsn()", "pg_last_xact_replay_timestamp()")
+
+// lagSQL is the replay lag in seconds of a host, from SQL expressions for
+// whether it is in recovery, the WAL position it received and the one it
+// replayed, and when the last transaction it replayed committed: 0 for a
+// primary and for a standby that replayed all the WAL it received, else
+// the time since that commit (0 when there is none). A standby that
+// restarted reports as received the start of the WAL segment it streams
+// from until more WAL comes, which may be behind what it replayed: that is
+// a standby that replayed all it received too, so the test is >=, not =.
+func lagSQL(inRecovery, received, replayed, replayedAt string) string {
+	return "CASE WHEN NOT " + inRecovery + " OR " + replayed + " >= " + received + " THEN 0\n" +
+		"       ELSE COALESCE(extract(epoch FROM now() - (" + replayedAt + ")), 0) END"
+}
 
 // check runs one check of h on conn (dialing when nil). It returns the
 // connection to keep (nil after a failure) and the result.

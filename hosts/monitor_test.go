@@ -3,8 +3,14 @@ package hosts
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +235,168 @@ func TestStaleClaimConfirmed(t *testing.T) {
 	}
 	if _, ok := m.KnownPrimary(); ok {
 		t.Fatal("a primary during a split brain")
+	}
+}
+
+// TestLagSQL: the replay lag the checks compute, for the positions a host
+// may report: 0 for a primary and for a standby that replayed all it
+// received, also when what it reports as received is behind what it
+// replayed (a restarted standby streams from the start of a WAL segment
+// and reports that until more WAL comes); else the time since its last
+// replayed commit.
+func TestLagSQL(t *testing.T) {
+	c := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.Connect(ctx, c.SuperuserDSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const tenAgo = "now() - interval '10 seconds'"
+	for _, tc := range []struct {
+		name                                       string
+		inRecovery, received, replayed, replayedAt string
+		want                                       float64 // seconds
+	}{
+		{"primary", "false", "NULL::pg_lsn", "NULL::pg_lsn", "NULL::timestamptz", 0},
+		{"caught up", "true", "'0/30197E0'", "'0/30197E0'", tenAgo, 0},
+		{"restarted, received behind replayed", "true", "'0/3000000'", "'0/30197E0'", tenAgo, 0},
+		{"behind", "true", "'0/4000000'", "'0/30197E0'", tenAgo, 10},
+		{"nothing received since the start", "true", "NULL", "'0/30197E0'", tenAgo, 10},
+		{"behind, no commit replayed", "true", "'0/4000000'", "'0/30197E0'", "NULL::timestamptz", 0},
+	} {
+		sql := "SELECT (" + lagSQL(tc.inRecovery, tc.received+"::pg_lsn", tc.replayed+"::pg_lsn", tc.replayedAt) + ")::float8::text"
+		rr := conn.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		if rr.Err != nil || len(rr.Rows) != 1 {
+			t.Fatalf("%s: %v (%d rows)\n%s", tc.name, rr.Err, len(rr.Rows), sql)
+		}
+		var got float64
+		if _, err := fmt.Sscan(string(rr.Rows[0][0]), &got); err != nil {
+			t.Fatalf("%s: %q: %v", tc.name, rr.Rows[0][0], err)
+		}
+		if math.Abs(got-tc.want) > 1 {
+			t.Errorf("%s: lag %v s, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// freezer relays TCP connections to a target until frozen; then it relays
+// nothing more, on open connections or new ones, and closes none: a host
+// that stops answering without a reset, as in a network partition.
+type freezer struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
+			if f.frozen.Load() {
+				continue // accepted, never answered
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, s)
+			f.mu.Unlock()
+			go f.pipe(s, c)
+			go f.pipe(c, s)
+		}
+	}()
+	return f
+}
+
+// pipe copies from src to dst until src ends or the freezer is frozen
+// (then it reads on and drops what it reads).
+func (f *freezer) pipe(dst, src net.Conn) {
+	b := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(b)
+		if n > 0 && !f.frozen.Load() {
+			if _, werr := dst.Write(b[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *freezer) addr() config.HostAddr {
+	a := f.ln.Addr().(*net.TCPAddr)
+	return config.HostAddr{Host: a.IP.String(), Port: a.Port}
+}
+
+// TestSilentHostDownAfterTimeout: a host that stops answering without a
+// reset (its check hangs, and so does a new connection's login) is down
+// once one check did not answer within the timeout (connect_timeout), not
+// after a second check on a fresh connection timed out too.
+func TestSilentHostDownAfterTimeout(t *testing.T) {
+	c := pgtest.Require(t)
+	f := newFreezer(t, net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	const timeout = 2 * time.Second
+	m, err := New(Options{
+		Hosts:    []config.HostAddr{f.addr()},
+		Interval: 50 * time.Millisecond,
+		Timeout:  timeout,
+		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
+			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
+			if err != nil {
+				return nil, err
+			}
+			pc.Host, pc.Port = a.Host, uint16(a.Port)
+			return pgconn.ConnectConfig(ctx, pc)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := m.Primary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.frozen.Store(true)
+	frozen := time.Now()
+	for m.Hosts()[0].Status().Up {
+		if ctx.Err() != nil {
+			t.Fatal("the frozen host is still up")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the monitor's state
+	}
+	took := time.Since(frozen)
+	t.Logf("down %v after the host stopped answering (timeout %v): %s", took.Round(time.Millisecond), timeout, m.Hosts()[0].Status().Err)
+	if took > timeout+timeout/2 {
+		t.Errorf("down %v after the host stopped answering, want within the timeout %v and a check interval", took.Round(time.Millisecond), timeout)
 	}
 }

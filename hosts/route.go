@@ -110,6 +110,17 @@ func (m *Monitor) Route(ctx context.Context, t Target) (Endpoint, error) {
 	}
 }
 
+// Pick is Route without the wait: a host for a new connection of target t
+// now, or false when none fits.
+func (m *Monitor) Pick(t Target) (Endpoint, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return Endpoint{}, false
+	}
+	return m.pickLocked(t)
+}
+
 // pickLocked chooses a host for t, or reports that none fits.
 func (m *Monitor) pickLocked(t Target) (Endpoint, bool) {
 	if t.Kind == config.TargetPrimary {

@@ -702,19 +702,34 @@ func (m *Manager) tryServeLocked(a *appPool, database string) (grant, bool) {
 // and retries a dial that failed for a connection error, a timeout, 53300
 // (too many connections) or 57P03 (starting up) until the application's
 // wait_timeout has passed since the first attempt: a burst of clients, or
-// PostgreSQL restarting, costs the waiting client time, not an error.
+// PostgreSQL restarting, costs the waiting client time, not an error. The
+// wait for a dial slot ends at the same deadline (dialSlot), so a client
+// waits at most wait_timeout plus one connect_timeout.
 func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppConfig, database string) (*Conn, hosts.Endpoint, error) {
 	deadline := m.now().Add(cfg.WaitTimeout)
 	backoff := 50 * time.Millisecond
+	var lastErr error // the last failed attempt's
 	for {
 		at, ep, err := m.routeDial(ctx, srv, cfg, deadline) // route.go
 		if err != nil {
 			return nil, ep, err
 		}
-		select {
-		case m.dialSem <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ep, ctx.Err()
+		if err := m.dialSlot(ctx, deadline); err != nil {
+			if lastErr != nil && errors.Is(err, errDialSlotTimeout) {
+				err = lastErr
+			}
+			return nil, ep, err
+		}
+		if ep.Host != nil {
+			// The turn may have come late: each dial ahead of this one can
+			// take connect_timeout (a host that stopped answering), and
+			// the host chosen before the wait may be down or replaced now.
+			now, ok := m.hosts.Pick(cfg.Target)
+			if !ok {
+				<-m.dialSem
+				continue // routeDial waits for a host, within the deadline
+			}
+			at, ep = srv.At(now.Addr()), now
 		}
 		c, err := m.gatedDial(ctx, at, cfg, database) // limit.go
 		<-m.dialSem
@@ -729,6 +744,7 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 		if err == nil || !retryableDial(err) || ctx.Err() != nil || m.now().Add(backoff).After(deadline) {
 			return c, ep, err
 		}
+		lastErr = err
 		m.log.Debug("pool: server connection failed; retrying", "app", cfg.Name, "database", database, "in", backoff, "err", err)
 		t := time.NewTimer(backoff)
 		select {
@@ -738,6 +754,35 @@ func (m *Manager) dialRetrying(ctx context.Context, srv config.Server, cfg AppCo
 			return nil, ep, ctx.Err()
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// errDialSlotTimeout is a dial that found no free dial slot within the
+// application's wait_timeout: the server.dial_concurrency dials ahead of
+// it took that long (PostgreSQL, or the host they go to, answers slowly or
+// not at all).
+var errDialSlotTimeout = errors.New("pool: no dial slot free within wait_timeout: server.dial_concurrency dials to PostgreSQL were under way all along")
+
+// dialSlot takes one of the server.dial_concurrency dial slots, waiting
+// for one until ctx ends or the deadline passes (errDialSlotTimeout); a
+// slot free at once is taken also after the deadline. Without the bound,
+// a client queued behind dials to a host that stopped answering would wait
+// connect_timeout for every round of dials ahead of it.
+func (m *Manager) dialSlot(ctx context.Context, deadline time.Time) error {
+	select {
+	case m.dialSem <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(deadline.Sub(m.now()))
+	defer t.Stop()
+	select {
+	case m.dialSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errDialSlotTimeout
 	}
 }
 
@@ -765,7 +810,7 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if err == nil && (c == nil || c.Net == nil) {
 		err = errors.New("pool: dial returned no connection")
 	}
-	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) {
+	if ctx.Err() == nil && !errors.Is(err, ErrDialGated) && !noStandby(err, cfg.Target) {
 		m.ServerReached("pool", err)
 	}
 	if f := m.onDial.Load(); err == nil && f != nil {

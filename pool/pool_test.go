@@ -1411,3 +1411,40 @@ func gatherHistogram(t *testing.T, g prometheus.Gatherer, name, app string) *dto
 	t.Fatalf("no %s series for app %q", name, app)
 	return nil
 }
+
+// TestDialSlotWaitBounded: with one dial at a time
+// (server.dial_concurrency 1) and that dial hanging (PostgreSQL, or its
+// host, does not answer), a second client's dial waits for the slot only
+// until its wait_timeout, then fails, without dialing; a third one that
+// finds the slot free dials at once.
+func TestDialSlotWaitBounded(t *testing.T) {
+	s := srv(10)
+	s.DialConcurrency = 1
+	m, f := start(t, setup{server: s, apps: []AppConfig{app("a", 8, 0, 300*time.Millisecond)}})
+	f.dialGate = make(chan struct{})
+	first := acquireAsync(m, context.Background(), "a", "db")
+	waitFor(t, "the first dial in flight", func() bool { return f.inFlight() == 1 })
+	t0 := time.Now()
+	second := recv(t, acquireAsync(m, context.Background(), "a", "db"))
+	took := time.Since(t0)
+	if !errors.Is(second.err, errDialSlotTimeout) {
+		t.Fatalf("second Acquire: %v, %v; want %v", second.c, second.err, errDialSlotTimeout)
+	}
+	if took < 250*time.Millisecond || took > 2*time.Second {
+		t.Errorf("second Acquire failed after %v, want after its wait_timeout 300ms", took)
+	}
+	if n := f.inFlight(); n != 1 {
+		t.Errorf("%d dials in flight, want only the first", n)
+	}
+	f.dialGate <- struct{}{}
+	r := recv(t, first)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	f.dialGate = nil
+	m.Release(r.c)
+	c := mustAcquire(t, m, "a", "db")  // the idle one
+	c2 := mustAcquire(t, m, "a", "db") // a dial, the slot free
+	m.Release(c)
+	m.Release(c2)
+}

@@ -75,6 +75,15 @@ func finalDial(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// noStandby reports whether err is the monitor's answer to an application
+// of target standby that no standby is within max_lag: no dial was made,
+// and the primary may well answer, so it is not PostgreSQL being
+// unreachable (ServerReached). The other targets can use the primary: the
+// monitor finding none for them is.
+func noStandby(err error, t hosts.Target) bool {
+	return t.Kind == config.TargetStandby && finalDial(err)
+}
+
 // Revalidate closes the idle connections the monitor no longer finds
 // usable, and ends the in-use ones whose host changed generation (it
 // stopped being the primary, changed role, or takes part in a split

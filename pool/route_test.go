@@ -3,7 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,5 +223,122 @@ func TestPromotedStandbyKeepsSessions(t *testing.T) {
 	var pe *pgerr.Error
 	if !errors.As(err, &pe) || pe.Code != pgerr.TooManyConnections {
 		t.Fatalf("Acquire for target standby with no standby: %v; want 53300", err)
+	}
+}
+
+// TestQueuedDialFollowsPrimary: with one dial at a time
+// (server.dial_concurrency 1), a dial to the primary hangs (the host
+// stopped answering) while a second client's dial, routed to the same
+// primary, waits for its turn. Meanwhile another host becomes the primary.
+// When its turn comes, the second dial goes to the new primary, not to the
+// host it was routed to before the wait: a dial slot can take
+// connect_timeout per dial ahead, and a client must not spend that again on
+// a host lockpool has given up.
+func TestQueuedDialFollowsPrimary(t *testing.T) {
+	pc := pgtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := config.HostAddr{Host: "127.0.0.1", Port: 1}
+	b := config.HostAddr{Host: "127.0.0.1", Port: 2}
+	var primary atomic.Pointer[config.HostAddr] // the host whose checks reach PostgreSQL; the other's are refused
+	primary.Store(&a)
+	mon, err := hosts.New(hosts.Options{
+		Hosts:    []config.HostAddr{a, b},
+		Interval: 20 * time.Millisecond,
+		Timeout:  5 * time.Second,
+		Connect: func(ctx context.Context, h config.HostAddr) (*pgconn.PgConn, error) {
+			if h != *primary.Load() {
+				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			}
+			return pgconn.Connect(ctx, pc.SuperuserDSN("postgres")+" application_name=pool_queued_dial_check")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon.Start()
+	defer mon.Close()
+	if p, err := mon.Primary(ctx); err != nil || p != a {
+		t.Fatalf("monitor's primary = %v, %v; want %v", p, err, a)
+	}
+
+	server := srv(5)
+	server.DialConcurrency = 1
+	api := app("api", 4, 1, 5*time.Second)
+	api.Target = hosts.Target{Kind: config.TargetPrimary}
+	f := newFakeServer()
+	m, err := New(Options{Server: server, Apps: []AppConfig{api}, Hosts: mon, Dial: f.dial, janitorInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var mu sync.Mutex
+	var dialed []int               // the port of every dial, in order
+	hung := make(chan struct{})    // the first dial is under way
+	release := make(chan struct{}) // ends the first dial
+	m.dial = func(ctx context.Context, s config.Server, app AppConfig, db string) (*Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, s.Port)
+		first := len(dialed) == 1
+		mu.Unlock()
+		if first {
+			close(hung)
+			<-release
+			return nil, fmt.Errorf("dial tcp %s: %w", s.Host, os.ErrDeadlineExceeded)
+		}
+		return f.dial(ctx, app, db)
+	}
+
+	type result struct {
+		c   *Conn
+		err error
+	}
+	results := make(chan result, 2)
+	acquire := func() {
+		c, err := m.Acquire(ctx, "api", "db")
+		results <- result{c, err}
+	}
+	go acquire()
+	<-hung
+	go acquire() // routed to a, then waits for the dial slot
+	for m.Stats("api").Dialing < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the second Acquire never began its dial")
+		}
+		time.Sleep(time.Millisecond) // polling the pool's state
+	}
+	primary.Store(&b)
+	// End a's check connection: its next check connects again, and is
+	// refused.
+	if err := pc.Exec(ctx, "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pool_queued_dial_check'"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if p, ok := mon.KnownPrimary(); ok && p == b {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the monitor never found the new primary")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the monitor's state
+	}
+	close(release)
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		m.Release(r.c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dialed) < 2 || dialed[0] != a.Port {
+		t.Fatalf("dials to ports %v, want the first to %d", dialed, a.Port)
+	}
+	for _, p := range dialed[1:] {
+		if p != b.Port {
+			t.Errorf("dials to ports %v: a dial after the primary changed went to the old one (%d), want the new one (%d)", dialed, a.Port, b.Port)
+			break
+		}
 	}
 }

@@ -34,6 +34,8 @@ type App struct {
 	Advisory, State string // advisory_locks, session_state
 	Wait            string // wait_timeout
 	Mode            string // pool_mode ("" is transaction)
+	Target          string // target ("" leaves it out: primary)
+	MaxLag          string // max_lag ("" leaves it out: 10s)
 	Extra           string // more lines of the application, indented four spaces
 }
 
@@ -78,12 +80,24 @@ func AppsYAML(c *pgtest.Cluster, serverMax int, top string, apps ...App) string 
 			a.Mode = "transaction"
 		}
 		fmt.Fprintf(&b, "    pool_mode: %s\n    max_connections: %d\n    max_pinned: %d\n    advisory_locks: %s\n    session_state: %s\n    wait_timeout: %s\n%s",
-			a.Mode, a.Max, a.Pinned, a.Advisory, a.State, a.Wait, a.Extra)
+			a.Mode, a.Max, a.Pinned, a.Advisory, a.State, a.Wait, routeYAML(a)+a.Extra)
 		if a.Extra != "" && !strings.HasSuffix(a.Extra, "\n") {
 			b.WriteString("\n")
 		}
 	}
 	return b.String()
+}
+
+// routeYAML is the target and max_lag lines of a, those it sets.
+func routeYAML(a App) string {
+	var s string
+	if a.Target != "" {
+		s += "    target: " + a.Target + "\n"
+	}
+	if a.MaxLag != "" {
+		s += "    max_lag: " + a.MaxLag + "\n"
+	}
+	return s
 }
 
 // UserYAML is a lockpool configuration for cluster c with one user and one

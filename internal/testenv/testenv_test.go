@@ -67,6 +67,24 @@ func TestAppsYAMLParses(t *testing.T) {
 	}
 }
 
+// TestAppsYAMLTarget: an App's Target and MaxLag become the application's
+// target and max_lag, beside its Extra lines.
+func TestAppsYAMLTarget(t *testing.T) {
+	c := &pgtest.Cluster{Host: "127.0.0.1", Port: 5999}
+	reads := App{Name: "reads", User: "reader", DB: "appdb", Max: 2, Pinned: 1, Advisory: "pin", State: "pin", Wait: "1s",
+		Target: "standby", MaxLag: "2s", Extra: "    max_clients: 10"}
+	yaml := AppsYAML(c, 7, "", DefaultApp(), reads)
+	cfg, err := config.Parse([]byte(yaml), "test.yaml", nil)
+	if err != nil {
+		t.Fatalf("config.Parse: %v\n%s", err, yaml)
+	}
+	api, r := cfg.Applications[0], cfg.Applications[1]
+	if api.Target != config.TargetPrimary || r.Target != config.TargetStandby || r.MaxLag != 2*time.Second || r.MaxClients != 10 {
+		t.Errorf("api target %q; reads target %q max_lag %v max_clients %d, want primary; standby 2s 10\n%s",
+			api.Target, r.Target, r.MaxLag, r.MaxClients, yaml)
+	}
+}
+
 func TestUniqueName(t *testing.T) {
 	for _, tc := range []struct{ sub, prefix, want string }{
 		{"a-b.c#d", "t", "t_testuniquename_a_b_c_d"},
