@@ -90,10 +90,11 @@ func (g *LockLog) Prune(t time.Time) {
 // overlap: for an exclusive lock, two clients believed they held the key at
 // once.
 type LockConflict struct {
-	Key        int64
-	A, B       int       // the clients; A's hold began first
-	AFrom, ATo time.Time // ATo is zero while A's hold is open
-	BFrom, BTo time.Time
+	Key          int64
+	A, B         int       // the clients; A's hold began first
+	AFrom, ATo   time.Time // ATo is zero while A's hold is open
+	BFrom, BTo   time.Time
+	AHold, BHold *LockHold // the holds, as Open returned them
 }
 
 // Conflicts returns the overlapping holds of the same key by different
@@ -119,7 +120,7 @@ func (g *LockLog) Conflicts() []LockConflict {
 		var last *LockHold // of the holds so far, the one that ends last
 		for _, h := range hs {
 			if last != nil && h.from.Before(end(last)) && h.client != last.client {
-				out = append(out, LockConflict{Key: k, A: last.client, AFrom: last.from, ATo: last.to, B: h.client, BFrom: h.from, BTo: h.to})
+				out = append(out, LockConflict{Key: k, A: last.client, AFrom: last.from, ATo: last.to, B: h.client, BFrom: h.from, BTo: h.to, AHold: last, BHold: h})
 			}
 			if last == nil || end(h).After(end(last)) {
 				last = h
