@@ -522,7 +522,7 @@ func TestFailoverLockOracle(t *testing.T) {
 		r.failf("%d advisory locks of the test remain on the primary after every client left", left)
 	}
 
-	r.summary(seed, len(clients), fos, lp.Metric("lockpool_advisory_locks_lost_total", nil))
+	r.summary(seed, len(clients), fos, lp.Metric("lockpool_advisory_locks_lost_total", map[string]string{"app": folHoldApp}))
 }
 
 // folTally is what the failovers' check found.
