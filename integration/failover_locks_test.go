@@ -193,7 +193,11 @@ func (c *folClient) hangUp() {
 
 func (c *folClient) step() {
 	key := int64(folKeyBase + c.rng.Intn(folKeys))
-	switch p := c.rng.Intn(100); {
+	p := c.rng.Intn(100)
+	if c.r.soon.Load() {
+		p /= 2 // mostly session-level locks, held across the failover
+	}
+	switch {
 	case p < 40:
 		c.session(key, false)
 	case p < 70:
@@ -248,13 +252,15 @@ const (
 
 // work is what the client does while it holds b's key: it waits on its
 // socket (where a FATAL arrives at once) or runs statements, a few times,
-// briefly or for long (one time in four, and always when a failover is
-// near, then mostly waiting), so that holders span the failovers. It reports whether the key is still held (false: an error
+// briefly or one time in four for long. A lock taken when a failover is
+// near is held until the failover is over, mostly waiting: so that locks
+// are held across every failover. It reports whether the key is still held (false: an error
 // ended the belief).
 func (c *folClient) work(b *folBelief) bool {
 	soon := c.r.soon.Load()
 	long := soon || c.rng.Intn(4) == 0
-	for n := 1 + c.rng.Intn(3); n > 0; n-- {
+	n := 1 + c.rng.Intn(3)
+	for i := 0; i < n || soon && c.r.soon.Load() && time.Since(b.from) < folCall/2; i++ {
 		d := time.Duration(5+c.rng.Intn(45)) * time.Millisecond
 		if long {
 			d = time.Duration(300+c.rng.Intn(1200)) * time.Millisecond
