@@ -589,11 +589,12 @@ func (r *folRun) check(fos []folFailover) {
 	}
 
 	// (2) Every lockpool client that held a lock when the old primary
-	// went was told with a FATAL, and closed: under hold, with the FATAL of
-	// lost locks, whose hint names the primary change; or, when it was in
-	// a statement on a server connection to the old primary, with that
-	// connection's FATAL (PostgreSQL's own, or lockpool's of a lost
-	// connection), which came first.
+	// went was told with a FATAL before the new primary was promoted, and
+	// closed: under hold, with the FATAL of lost locks, whose hint names
+	// the primary change; or, when it was in a statement on a server
+	// connection to the old primary, with that connection's FATAL
+	// (PostgreSQL's own, or lockpool's of a lost connection), which came
+	// first.
 	for i, f := range fos {
 		var here [3]int
 		for _, b := range r.beliefs {
@@ -607,12 +608,17 @@ func (r *folRun) check(fos []folFailover) {
 			switch {
 			case b.c.kind == folDirect:
 				// PostgreSQL's own behaviour: the oracle's check of itself.
-				if b.err == nil {
-					r.failf("%s: a direct session held a lock across the failover and got no error", what)
+				if b.err == nil || b.to.After(f.ts.Promoted) {
+					r.failf("%s: a direct session held a lock across the failover and was not told before the new primary was promoted", what)
 				}
 				continue
 			case b.err == nil:
 				r.failf("%s: it held the lock across the failover and got no error", what)
+				continue
+			case b.to.After(f.ts.Promoted):
+				// From the promotion on, anyone may take the key on the new
+				// primary: (1) at its most adversarial.
+				r.failf("%s: told %v after the new primary was promoted", what, b.to.Sub(f.ts.Promoted).Round(time.Millisecond))
 				continue
 			case !b.closed:
 				r.failf("%s: its connection stayed open after the error", what)
