@@ -514,14 +514,15 @@ func TestFailoverLockOracle(t *testing.T) {
 	r.check(fos)
 
 	// Nothing is left on the primary once every client has gone.
-	su, err := testenv.Connect(setup, pair.Primary, "appdb")
+	end := testenv.Context(t, 30*time.Second)
+	su, err := testenv.Connect(end, pair.Primary, "appdb")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer su.Close(context.Background())
 	var left int
 	if !lkrPoll(time.Now().Add(5*time.Second), 50*time.Millisecond, func() bool {
-		err := su.QueryRow(setup, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) BETWEEN $1 AND $2",
+		err := su.QueryRow(end, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) BETWEEN $1 AND $2",
 			folKeyBase, folKeyBase+folKeys-1).Scan(&left)
 		return err == nil && left == 0
 	}) {
