@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -901,6 +902,57 @@ func TestConnectionClosedBeforeReported(t *testing.T) {
 	if got := lockModes(t, k); !slices.Equal(got, []string{"ShareLock"}) {
 		t.Fatalf("after a grant of %v, the lock connections hold %v, want [ShareLock]", k, got)
 	}
+}
+
+// TestReleaseWhenNoServerAnswers: a release meets a dead lock connection
+// and no new one can be dialled (the primary is stopping: a switchover, a
+// failover). PostgreSQL released the lock with the connection, so the
+// table must not keep a record of it: the next grant of the key is taken
+// in PostgreSQL, where another session may hold it meanwhile, not from the
+// stale record.
+func TestReleaseWhenNoServerAnswers(t *testing.T) {
+	var refuse atomic.Bool
+	m := newManager(t, func(o *Options) {
+		o.WatchInterval = time.Hour // the release meets the dead connection
+		base := o.ConnConfig
+		o.ConnConfig = func(db string) (*pgx.ConnConfig, error) {
+			cfg, err := base(db)
+			if err == nil && refuse.Load() {
+				cfg.DialFunc = func(context.Context, string, string) (net.Conn, error) {
+					return nil, errors.New("connection refused: the primary is stopping")
+				}
+			}
+			return cfg, err
+		}
+	})
+	a := m.NewSession(appDB, nil)
+	defer a.Close()
+	k := OneKey(360)
+	mustLock(t, a, k, Exclusive, true)
+	d, err := m.db(appDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := d.conns[d.home(k)]
+	lc.mu.Lock()
+	_ = lc.c.PgConn().Close(context.Background()) // PostgreSQL releases the lock
+	lc.mu.Unlock()
+	refuse.Store(true)
+	ok, _, err := a.Unlock(k, Exclusive)
+	if !ok || err != nil {
+		t.Fatalf("Unlock = %v, %v; want true (the session held the key)", ok, err)
+	}
+	refuse.Store(false)
+	other := direct(t)
+	if !directTry(t, other, k, Exclusive) {
+		t.Fatal("a direct session cannot take the key: PostgreSQL still holds it")
+	}
+	b := m.NewSession(appDB, nil)
+	defer b.Close()
+	if mustLock(t, b, k, Exclusive, true) {
+		t.Fatal("the key was granted while a direct session holds it (from a stale record of the dead connection's lock)")
+	}
+	directUnlockAll(t, other)
 }
 
 // TestLockAfterConnectionDied: a lock call whose lock connection's backend

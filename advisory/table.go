@@ -391,8 +391,12 @@ func (d *database) syncPGLocked(ks *keyState) {
 	}
 	d.mu.Lock()
 	ks.busy = false
-	if err == nil && !d.conns[ks.home].alive(gen) {
-		err = errConnLost // connLost has run, or runs next and clears the flags
+	if !d.conns[ks.home].alive(gen) {
+		// connLost has run, or runs next and clears the flags: also when
+		// a step failed otherwise after gen died under it (no new
+		// connection could be dialled, say while the primary stops), the
+		// flags must not come back with the locks PostgreSQL released.
+		err = errConnLost
 	}
 	// A lost connection released everything on it (connLost cleared the
 	// flags); any other failure leaves the failed step's lock as it was:

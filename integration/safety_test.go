@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockpool/lockpool/internal/testenv"
 )
 
 // A client that dies after BEGIN; INSERT … leaves no
@@ -132,4 +134,56 @@ func appendQueryMsg(dst []byte, sql string) []byte {
 	dst = append(dst, 'Q', byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	dst = append(dst, sql...)
 	return append(dst, 0)
+}
+
+// TestServerLossReachesIdleTransaction: a client idle inside a transaction
+// block learns at once that its server connection died (terminated here;
+// in a failover the old primary stops), as on a direct connection: the
+// FATAL arrives while it waits on its socket, not only with its next
+// statement. Its transaction-level advisory lock went with the backend, so
+// another client may take it now, and the client must not go on believing
+// it holds it. Also in a failed transaction block.
+func TestServerLossReachesIdleTransaction(t *testing.T) {
+	t.Parallel()
+	l := startLockpool(t, 10, "", defaultApp())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	su := superConn(t, "appdb")
+	for i, failed := range []bool{false, true} {
+		key := int64(9500001 + i)
+		c := l.connect(t, "app", "appdb")
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ok bool
+		var pid int32
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()", key).Scan(&ok, &pid); err != nil || !ok {
+			t.Fatalf("xact lock: %v %v", ok, err)
+		}
+		if failed {
+			if _, err := tx.Exec(ctx, "SELECT 1/0"); sqlState(err) != "22012" {
+				t.Fatalf("division by zero: %v", err)
+			}
+		}
+		at := time.Now()
+		if _, err := su.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		err = c.PgConn().WaitForNotification(wctx)
+		wcancel()
+		took := time.Since(at)
+		if pe := testenv.PgError(err); pe == nil || pe.Severity != "FATAL" {
+			t.Fatalf("failed transaction %v: waiting on its socket, the client got %v after %v; want the FATAL of its lost server connection at once", failed, err, took.Round(time.Millisecond))
+		}
+		if !c.IsClosed() {
+			t.Errorf("failed transaction %v: the client's connection is open after the FATAL", failed)
+		}
+		other := l.connect(t, "app", "appdb")
+		if err := other.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&ok); err != nil || !ok {
+			t.Errorf("failed transaction %v: another client's xact lock of the key: %v %v", failed, ok, err)
+		}
+		_ = other.Close(ctx)
+	}
 }

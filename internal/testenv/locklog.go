@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"sort"
 	"sync"
 	"time"
 )
@@ -83,4 +84,49 @@ func (g *LockLog) Prune(t time.Time) {
 		}
 		g.byKey[k] = keep
 	}
+}
+
+// LockConflict is two holds of one key by different clients whose periods
+// overlap: for an exclusive lock, two clients believed they held the key at
+// once.
+type LockConflict struct {
+	Key          int64
+	A, B         int       // the clients; A's hold began first
+	AFrom, ATo   time.Time // ATo is zero while A's hold is open
+	BFrom, BTo   time.Time
+	AHold, BHold *LockHold // the holds, as Open returned them
+}
+
+// Conflicts returns the overlapping holds of the same key by different
+// clients, each overlap once (with the earlier hold that lasts longest). A
+// period is [from, to): a hold that ends at the instant another begins does
+// not conflict with it, and an open hold lasts until now. For a belief
+// oracle open a hold when the acquiring statement answered and close it
+// just before the releasing statement is sent (or when the session's error
+// arrived); Prune must not have run.
+func (g *LockLog) Conflicts() []LockConflict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	end := func(h *LockHold) time.Time {
+		if h.to.IsZero() {
+			return time.Now().Add(time.Hour)
+		}
+		return h.to
+	}
+	var out []LockConflict
+	for k, hs := range g.byKey {
+		hs = append([]*LockHold(nil), hs...)
+		sort.SliceStable(hs, func(i, j int) bool { return hs[i].from.Before(hs[j].from) })
+		var last *LockHold // of the holds so far, the one that ends last
+		for _, h := range hs {
+			if last != nil && h.from.Before(end(last)) && h.client != last.client {
+				out = append(out, LockConflict{Key: k, A: last.client, AFrom: last.from, ATo: last.to, B: h.client, BFrom: h.from, BTo: h.to, AHold: last, BHold: h})
+			}
+			if last == nil || end(h).After(end(last)) {
+				last = h
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].BFrom.Before(out[j].BFrom) })
+	return out
 }

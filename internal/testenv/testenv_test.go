@@ -255,3 +255,36 @@ func TestServedBy(t *testing.T) {
 		}
 	}
 }
+
+func TestLockLogConflicts(t *testing.T) {
+	g := NewLockLog()
+	base := time.Now()
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	hold := func(client int, key int64, from, to int) {
+		h := g.Open(client, key)
+		g.mu.Lock()
+		h.from = at(from)
+		g.mu.Unlock()
+		if to >= 0 {
+			g.Close(h, at(to))
+		}
+	}
+	hold(1, 7, 0, 10)
+	hold(2, 7, 10, 20)  // begins as 1's ends: no conflict
+	hold(3, 7, 30, 100) // a long hold
+	hold(4, 7, 40, 50)  // inside 3's
+	hold(3, 8, 0, 10)
+	hold(3, 8, 5, 15) // the same client: no conflict
+	hold(5, 9, 0, -1) // open
+	hold(6, 9, 60, 70)
+	got := g.Conflicts()
+	if len(got) != 2 {
+		t.Fatalf("conflicts %+v, want 2", got)
+	}
+	if c := got[0]; c.Key != 7 || c.A != 3 || c.B != 4 {
+		t.Errorf("first conflict %+v, want key 7 clients 3 and 4", c)
+	}
+	if c := got[1]; c.Key != 9 || c.A != 5 || c.B != 6 || !c.ATo.IsZero() {
+		t.Errorf("second conflict %+v, want key 9 clients 5 (open) and 6", c)
+	}
+}

@@ -45,8 +45,9 @@
 // local's listen kind; the inbox's own lock) and posts a wake
 // (postDeliver): a resting session is resumed and
 // writes them at its idle point, an idle pinned one's wait is interrupted. While a pinned (or session-mode)
-// client is idle, its coroutine waits on both sockets at once (watchIdle),
-// relaying notifications and noticing the server's death.
+// client is idle, or a client is idle inside a transaction block, its
+// coroutine waits on both sockets at once (watchIdle), relaying
+// notifications and noticing the server's death.
 //
 // # States of the server link
 //
@@ -54,7 +55,7 @@
 //	detached ───────────────────────────────────────> attached
 //	   ▲   ▲                                           │  ▲  │ ▲
 //	   │   │ release at a safe point (unpinned)        │  │  │ │ client idle, pinned
-//	   │   └───────────────────────────────────────────┘  │  ▼ │  (watchIdle)
+//	   │   └───────────────────────────────────────────┘  │  ▼ │  or in a tx (watchIdle)
 //	   │                       write client messages      │ watched
 //	   │                          ┌───────────────────────┘
 //	   │                          ▼            ReadyForQuery, nothing owed

@@ -22,7 +22,7 @@ const (
 	linkAttached                  // a server connection, nothing of the client's running on it
 	linkRelaying                  // the client's messages are on the server; replies are owed
 	linkProbing                   // lockpool's own statements run (lock probe, setting read-back)
-	linkWatched                   // the client is idle and pinned: watchIdle waits on both sockets
+	linkWatched                   // the client is idle and pinned, or idle in a transaction block: watchIdle waits on both sockets
 	linkLost                      // the server connection died
 	linkClosing                   // the session is ending
 )
@@ -63,6 +63,9 @@ type serverLink struct {
 	pinned      bool
 	pinReason   string
 	pinnedSince time.Time
+	// watchedInTx: watched while idle inside a transaction block, which a
+	// drain lets end as it does a running statement's.
+	watchedInTx bool
 
 	draining bool               // shutdown: end the session at its next idle point
 	waiting  bool               // the session waits in lockpool (connection, pin slot, lease)
@@ -93,6 +96,18 @@ func (l *serverLink) toLocked(next linkState) error {
 		return fmt.Errorf("lockpool: internal error: server link cannot go from %s to %s", l.state, next)
 	}
 	l.state = next
+	return nil
+}
+
+// watch moves the link to watched; inTx says the client is idle inside a
+// transaction block.
+func (l *serverLink) watch(inTx bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.toLocked(linkWatched); err != nil {
+		return err
+	}
+	l.watchedInTx = inTx
 	return nil
 }
 

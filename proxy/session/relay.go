@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/lockpool/lockpool/internal/evloop"
@@ -624,10 +625,12 @@ func (s *Session) serverLost(err error) error {
 }
 
 // watchIdle waits for the idle, pinned (or session-mode) client's next
-// message while it relays what the server sends on its own (notifications,
+// message, or that of a client idle inside a transaction block (inTx),
+// while it relays what the server sends on its own (notifications,
 // notices, parameter changes) and notices the server's death: one wait in
-// the loop on both sockets.
-func (s *Session) watchIdle() error {
+// the loop on both sockets. At deadline (zero: none) it returns for the
+// client's read to time out (idle_transaction_timeout).
+func (s *Session) watchIdle(inTx bool, deadline time.Time) error {
 	if err := s.flushClient(); err != nil {
 		return err
 	}
@@ -636,14 +639,17 @@ func (s *Session) watchIdle() error {
 	if s.co == nil || srv == nil || !srv.Adopted() || !s.sock.Adopted() || s.r.Buffered() > 0 {
 		return nil // outside the loop (tests): the server is read at the next statement
 	}
-	if err := s.link.to(linkWatched); err != nil {
+	if err := s.link.watch(inTx); err != nil {
 		return err
 	}
 	for {
 		if sc.Reader.Buffered() == 0 {
 			s.watching = true
-			which, err := s.co.WaitReadable(s.sock, srv, time.Time{})
+			which, err := s.co.WaitReadable(s.sock, srv, deadline)
 			s.watching = false
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return s.link.to(linkAttached) // the client's read times out next
+			}
 			if errors.Is(err, errDeliver) {
 				s.sendIdle()
 				if err := s.flushClient(); err != nil {
@@ -672,7 +678,8 @@ func (s *Session) watchIdle() error {
 		}
 		if err != nil {
 			// The server connection died while the client is idle and
-			// pinned: its locks are gone. End the session now, as
+			// pinned (its locks are gone) or inside a transaction block
+			// (the transaction is gone). End the session now, as
 			// PostgreSQL would.
 			return s.serverLost(err)
 		}

@@ -412,8 +412,9 @@ func (s *Session) idleInTransaction() bool {
 }
 
 // idle prepares for a wait on the client: a pinned session's server is
-// watched meanwhile (notifications, its death: watchIdle), and a client
-// idle inside a transaction gets idle_transaction_timeout to speak.
+// watched meanwhile (notifications, its death: watchIdle), and so is the
+// server of a client idle inside a transaction block, which gets
+// idle_transaction_timeout to speak.
 func (s *Session) idle() error {
 	if s.pos.copyIn && s.link.sc != nil {
 		return s.watchCopy()
@@ -421,11 +422,20 @@ func (s *Session) idle() error {
 	if s.link.sc == nil || s.q.len() > 0 {
 		return nil
 	}
+	var deadline time.Time
 	if s.idleTx > 0 && s.pos.txStatus != 'I' {
-		s.r.SetDeadline(time.Now().Add(s.idleTx))
+		deadline = time.Now().Add(s.idleTx)
+		s.r.SetDeadline(deadline)
 	}
 	if s.pos.idle() && (s.link.pinned || s.app.SessionPool) {
-		return s.watchIdle()
+		return s.watchIdle(false, time.Time{})
+	}
+	if s.pos.txStatus != 'I' && !s.pos.unsynced {
+		// The server's death (a failover, a restart, a terminated
+		// backend) reaches the client at once, as on a direct connection,
+		// not at its next statement: its transaction and the
+		// transaction-level locks it believes it holds are gone.
+		return s.watchIdle(true, deadline)
 	}
 	return nil
 }
@@ -1178,7 +1188,9 @@ func (s *Session) onFlush(n int) error {
 // Handoff, a client that was not served a statement yet runs one first.
 func (s *Session) Drain() {
 	s.link.mu.Lock()
-	idle := s.link.state == linkDetached || s.link.state == linkWatched
+	// A client watched inside a transaction block is not idle: it ends at
+	// the transaction's end, as one whose statement runs.
+	idle := s.link.state == linkDetached || s.link.state == linkWatched && !s.link.watchedInTx
 	if !s.served.Load() && s.srv.Host.HandedOff() {
 		// Idle, in a prepare round trip, or its first statement is on its way.
 		s.drainAfterTx.Store(true)
