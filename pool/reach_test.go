@@ -75,19 +75,7 @@ func TestServerReachedLogsOutageOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	gauge := func() float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "lockpool_server_unreachable" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("no lockpool_server_unreachable")
-		return 0
-	}
+	gauge := func() float64 { return unreachableGauge(t, reg) }
 	if gauge() != 0 {
 		t.Fatalf("lockpool_server_unreachable = %v at start, want 0", gauge())
 	}
@@ -164,19 +152,7 @@ func TestNoStandbyIsNotUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	gauge := func() float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "lockpool_server_unreachable" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("no lockpool_server_unreachable")
-		return 0
-	}
+	gauge := func() float64 { return unreachableGauge(t, reg) }
 	acquire := func(name string) *pgerr.Error {
 		t.Helper()
 		c, err := m.Acquire(context.Background(), name, "db")
@@ -210,4 +186,20 @@ func TestNoStandbyIsNotUnreachable(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d dials with no host to dial", n)
 	}
+}
+
+// unreachableGauge reads lockpool_server_unreachable from reg.
+func unreachableGauge(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "lockpool_server_unreachable" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no lockpool_server_unreachable")
+	return 0
 }
