@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 )
@@ -42,6 +43,38 @@ type scramSecret struct {
 	salt       []byte
 	storedKey  []byte
 	serverKey  []byte
+	// storedMAC and serverMAC are HMAC-SHA-256 keyed with StoredKey and
+	// ServerKey, their inner and outer pads hashed once (macs): a login
+	// clones them instead of keying a new HMAC. Never written to; as
+	// secret as the keys.
+	storedMAC, serverMAC hash.Hash
+}
+
+// macs keys s's HMACs (once, when the secret is made).
+func (s *scramSecret) macs() *scramSecret {
+	s.storedMAC, s.serverMAC = keyedMAC(s.storedKey), keyedMAC(s.serverKey)
+	return s
+}
+
+// keyedMAC is an HMAC-SHA-256 with key whose pads are hashed already (the
+// first Reset does that: FIPS 198-1 section 6).
+func keyedMAC(key []byte) hash.Hash {
+	m := hmac.New(sha256.New, key)
+	m.Reset()
+	return m
+}
+
+// macWith is HMAC(key, msg) from keyed, a keyedMAC of key, cloned so that
+// keyed itself is never written (logins run at the same time).
+func macWith(keyed hash.Hash, key, msg []byte) []byte {
+	if c, ok := keyed.(hash.Cloner); ok && keyed != nil {
+		if m, err := c.Clone(); err == nil {
+			h := m.(hash.Hash)
+			h.Write(msg)
+			return h.Sum(nil)
+		}
+	}
+	return hmacSHA256(key, msg)
 }
 
 // NewCredential prepares the secret of user. secret is one of:
@@ -197,7 +230,7 @@ func parseSCRAMVerifier(v string) (*scramSecret, error) {
 	if err != nil || len(server) != scramKeyLen {
 		return nil, errors.New("malformed SCRAM verifier: bad ServerKey")
 	}
-	return &scramSecret{iterations: iter, salt: salt, storedKey: stored, serverKey: server}, nil
+	return (&scramSecret{iterations: iter, salt: salt, storedKey: stored, serverKey: server}).macs(), nil
 }
 
 // deriveSCRAMSecret computes StoredKey and ServerKey like PostgreSQL's
@@ -209,12 +242,12 @@ func deriveSCRAMSecret(password string, salt []byte, iter int) (*scramSecret, er
 	}
 	clientKey := hmacSHA256(salted, []byte(clientKeyLabel))
 	stored := sha256.Sum256(clientKey)
-	return &scramSecret{
+	return (&scramSecret{
 		iterations: iter,
 		salt:       clone(salt),
 		storedKey:  stored[:],
 		serverKey:  hmacSHA256(salted, []byte(serverKeyLabel)),
-	}, nil
+	}).macs(), nil
 }
 
 func saltedPassword(password string, salt []byte, iter int) ([]byte, error) {

@@ -113,7 +113,12 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 
 	// verify_client_proof: ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage),
 	// then H(ClientKey) must equal StoredKey.
-	clientSig := hmacSHA256(secret.storedKey, authMessage)
+	var clientSig []byte
+	if secret.storedMAC != nil {
+		clientSig = macWith(secret.storedMAC, secret.storedKey, authMessage)
+	} else {
+		clientSig = hmacSHA256(secret.storedKey, authMessage) // the mock secret of an unknown user
+	}
 	clientKey := make([]byte, scramKeyLen)
 	subtle.XORBytes(clientKey, fin.proof, clientSig)
 	computed := sha256.Sum256(clientKey)
@@ -123,7 +128,7 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 		return Result{}, authFailed(user)
 	}
 
-	serverSig := hmacSHA256(secret.serverKey, authMessage)
+	serverSig := macWith(secret.serverMAC, secret.serverKey, authMessage)
 	final := "v=" + base64.StdEncoding.EncodeToString(serverSig)
 	if err := send(c, &pgproto3.AuthenticationSASLFinal{Data: []byte(final)}); err != nil {
 		return Result{}, err

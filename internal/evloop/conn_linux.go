@@ -637,11 +637,16 @@ func (c *Conn) Close() error {
 		_, _ = c.writeNow(co, pending, nil)
 	}
 	if c.closed.Swap(true) {
-		return c.opError("close", net.ErrClosed)
+		return errClosedTwice
 	}
 	c.owner, c.home = nil, nil
 	return unix.Close(c.fd)
 }
+
+// errClosedTwice is Close's error for a connection closed already: made
+// once, since the end of a session closes its client's socket and the
+// session's owner closes it again.
+var errClosedTwice error = &net.OpError{Op: "close", Net: "tcp", Err: net.ErrClosed}
 
 // LocalAddr implements net.Conn.
 func (c *Conn) LocalAddr() net.Addr { return c.addrs.addr(0) }

@@ -50,6 +50,17 @@ func (co *Co) WaitReadable(a, b *Conn, deadline time.Time) (*Conn, error) {
 	return a, nil
 }
 
+// Listener accepts on loops; none exists on this system.
+type Listener struct{}
+
+// Listen reports that event loops need Linux: the caller accepts as before.
+func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf func(err error, backoff time.Duration)) (*Listener, error) {
+	return nil, errUnsupported
+}
+
+// Close: see the Linux implementation.
+func (lis *Listener) Close() {}
+
 // Conn is the Go connection it wraps.
 type Conn struct{ net.Conn }
 
