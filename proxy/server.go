@@ -140,14 +140,14 @@ func New(opts Options) (*Server, error) {
 		logger = slog.Default()
 	}
 	s := &Server{
-		log:      logger,
-		leases:   opts.Leases,
-		sessions: make(map[uint32]*session.Session),
-		bufs:     wire.NewBufferPool(clientBufSize),
+		log:        logger,
+		leases:     opts.Leases,
+		sessions:   make(map[uint32]*session.Session),
+		bufs:       wire.NewBufferPool(clientBufSize),
 		done:       make(chan struct{}),
 		stopAccept: make(chan struct{}),
 		started:    opts.Config,
-		onReload: opts.OnReload,
+		onReload:   opts.OnReload,
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
