@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -145,8 +146,20 @@ func (lis *Listener) Close() {
 
 // acceptAll accepts up to acceptBatch connections on l's goroutine.
 func (l *Loop) acceptAll(lis *Listener) {
+	var rsa unix.RawSockaddrAny
 	for i := 0; i < acceptBatch; i++ {
-		nfd, sa, err := unix.Accept4(lis.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		// A raw accept4 (it cannot block: the socket is non-blocking): the
+		// loop keeps its P, and no getsockopt follows (unix.Accept4 asks
+		// every IPv4 socket's protocol, for L2TP).
+		n := uint32(unix.SizeofSockaddrAny)
+		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lis.fd), uintptr(unsafe.Pointer(&rsa)), uintptr(unsafe.Pointer(&n)),
+			unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		nfd := int(r)
+		var err error
+		if e != 0 {
+			err = e
+		}
+		raceWriteRange(unsafe.Pointer(&rsa), int(n))
 		switch err {
 		case nil:
 		case unix.EAGAIN:
@@ -161,7 +174,7 @@ func (l *Loop) acceptAll(lis *Listener) {
 			lis.unregister(l)
 			return
 		}
-		c := &Conn{fd: nfd, addrs: endpoints{local: lis.local, remote: addrPortOf(sa)}}
+		c := &Conn{fd: nfd, addrs: endpoints{local: lis.local, remote: rawAddrPort(&rsa)}}
 		if !c.addrs.local.IsValid() {
 			if la, err := unix.Getsockname(nfd); err == nil {
 				c.addrs.local = addrPortOf(la)
@@ -205,10 +218,38 @@ func (lis *Listener) pause(l *Loop, err error) {
 // TCP listeners accept: no Nagle delay, keepalive probes (keepAlive).
 // Errors are ignored, as Go does (a socket that left already fails later).
 func setSocketOptions(fd int) {
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAlive)
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAlive)
+	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	setIntOpt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAlive)
+	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAlive)
+}
+
+// setIntOpt is setsockopt of an int as a raw system call (it cannot block).
+func setIntOpt(fd, level, opt int, v int32) {
+	raceReadRange(unsafe.Pointer(&v), 4)
+	_, _, _ = unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), 4, 0)
+}
+
+// rawAddrPort is the address of a socket address accept4 wrote (the zero
+// AddrPort for a kind other than IPv4 and IPv6).
+func rawAddrPort(rsa *unix.RawSockaddrAny) netip.AddrPort {
+	switch rsa.Addr.Family {
+	case unix.AF_INET:
+		a := (*unix.RawSockaddrInet4)(unsafe.Pointer(rsa))
+		p := (*[2]byte)(unsafe.Pointer(&a.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(p[0])<<8|uint16(p[1]))
+	case unix.AF_INET6:
+		a := (*unix.RawSockaddrInet6)(unsafe.Pointer(rsa))
+		p := (*[2]byte)(unsafe.Pointer(&a.Port))
+		ip := netip.AddrFrom16(a.Addr)
+		if a.Scope_id != 0 {
+			if ifi, err := net.InterfaceByIndex(int(a.Scope_id)); err == nil {
+				ip = ip.WithZone(ifi.Name)
+			}
+		}
+		return netip.AddrPortFrom(ip, uint16(p[0])<<8|uint16(p[1]))
+	}
+	return netip.AddrPort{}
 }
 
 // addrPortOf is the address of a TCP socket address (the zero AddrPort for

@@ -1253,5 +1253,9 @@ func (s *Session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
+	// The read buffer goes back to the pool (when nothing is left in it):
+	// a client that connects for one transaction would otherwise cost a
+	// buffer's allocation, and its garbage, per connection.
+	s.r.Release()
 	s.srv.Host.Ended(s)
 }
