@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -187,6 +188,8 @@ func (s *Server) loginConn(lc *loginCtx, at time.Time) (ss *session.Session, kep
 			}
 			pe.Severity = "FATAL"
 			_, _ = conn.Write(pe.AppendTo(buf, 'E'))
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			loginTimedOut(conn, rc.cfg.ClientLoginTimeout)
 		}
 		s.logLoginFailure(nc.RemoteAddr().String(), pkt.params["user"], pkt.params["database"], err)
 		return nil, false
@@ -194,6 +197,19 @@ func (s *Server) loginConn(lc *loginCtx, at time.Time) (ss *session.Session, kep
 	_ = conn.SetDeadline(time.Time{})
 	s.gate.seconds.Observe(time.Since(at).Seconds())
 	return ss, false
+}
+
+// loginTimedOut tells a client whose login did not finish within
+// client_login_timeout, once its startup packet was read, why it is closed
+// (PostgreSQL's own words for its authentication_timeout, which it does not
+// send; a startup packet that does not come in time is closed without a
+// word, as PostgreSQL does), with a second to write it in.
+func loginTimedOut(conn net.Conn, timeout time.Duration) {
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+	pe := &pgerr.Error{Severity: "FATAL", Code: "57014", Message: "lockpool: canceling authentication due to timeout",
+		Detail: fmt.Sprintf("The login did not finish within client_login_timeout (%s).", timeout),
+		Hint:   "Check the client's network and load, or raise client_login_timeout."}
+	_, _ = conn.Write(pe.AppendTo(nil, 'E'))
 }
 
 // errCancelHandled ends a connection that carried a cancel request or a
