@@ -43,10 +43,15 @@ type LoginRun struct {
 	// LoginsPerSec is logins over the run's wall time (pgbench's tps
 	// including reconnection times).
 	LoginsPerSec float64 `json:"logins_per_second"`
-	// CPUSeconds is the pooler's user + system time over the whole run
-	// (/proc/<pid>/stat), CPUPerLoginUs that per login, UserPerLoginUs its
-	// user-time part.
+	// CPUSeconds is the pooler's CPU time over the whole run: the time its
+	// threads ran, summed from /proc/<pid>/task/*/schedstat (nanoseconds,
+	// what perf stat's task-clock counts; Clock "schedstat"), or user +
+	// system time from /proc/<pid>/stat where that is missing (clock ticks,
+	// sampled 100 times a second; Clock "ticks"). CPUPerLoginUs is that per
+	// login, UserPerLoginUs its user-time part (utime's share of utime +
+	// stime).
 	CPUSeconds     float64 `json:"pooler_cpu_seconds"`
+	Clock          string  `json:"cpu_clock"`
 	CPUPerLoginUs  float64 `json:"cpu_us_per_login"`
 	UserPerLoginUs float64 `json:"user_cpu_us_per_login"`
 	// ConnectMs is pgbench's average connection time.
@@ -134,10 +139,12 @@ func loginRun(o *options, e *env, t *target, round int) *LoginRun {
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+benchPassword)
 	pid := t.Proc.PID()
 	u0, s0, _ := testenv.ProcCPUTimes(pid)
+	n0, nerr := taskNanos(pid)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	wall := time.Since(start).Seconds()
 	u1, s1, _ := testenv.ProcCPUTimes(pid)
+	n1, nerr1 := taskNanos(pid)
 	text := string(out)
 	if m := reTxns.FindStringSubmatch(text); m != nil {
 		r.Logins, _ = strconv.ParseInt(m[1], 10, 64)
@@ -158,11 +165,46 @@ func loginRun(o *options, e *env, t *target, round int) *LoginRun {
 		r.Failed, r.Error = true, "process died: "+t.Proc.LogTail(3000)
 		return r
 	}
-	r.CPUSeconds = float64(u1+s1-u0-s0) / testenv.ClockTicks
+	ticks := float64(u1+s1-u0-s0) / testenv.ClockTicks
+	r.CPUSeconds, r.Clock = ticks, "ticks"
+	if nerr == nil && nerr1 == nil {
+		r.CPUSeconds, r.Clock = float64(n1-n0)/1e9, "schedstat"
+	}
 	r.CPUPerLoginUs = r.CPUSeconds / float64(r.Logins) * 1e6
-	r.UserPerLoginUs = float64(u1-u0) / testenv.ClockTicks / float64(r.Logins) * 1e6
+	// The user part: the share utime has of utime+stime (tick-sampled).
+	if u1+s1-u0-s0 > 0 {
+		r.UserPerLoginUs = r.CPUPerLoginUs * float64(u1-u0) / float64(u1+s1-u0-s0)
+	}
 	r.P99ms = readLogs(dir).pct(0.99)
 	return r
+}
+
+// taskNanos is the CPU time the threads of pid ran so far, in nanoseconds:
+// the first field of each /proc/<pid>/task/<tid>/schedstat (a thread that
+// ended meanwhile is missing from the sum; Go and PgBouncer keep theirs).
+func taskNanos(pid int) (int64, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty schedstat", e.Name())
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
 }
 
 // printLogin prints the login-storm row of rep.
