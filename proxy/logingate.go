@@ -65,7 +65,7 @@ type pendingLogin struct {
 	conn     net.Conn
 	at       time.Time // accepted
 	deadline time.Time // at + client_login_timeout (zero: none)
-	run      func()    // starts the login
+	run      func()    // starts the login of a connection that waited (from any goroutine)
 	refused  func()    // called after the gate refused the connection and closed it (may be nil)
 }
 
@@ -99,29 +99,29 @@ func newLoginGate(width int, reg prometheus.Registerer) *loginGate {
 // defaultLoginWidth is the pipeline's width for this process.
 func defaultLoginWidth() int { return loginWidth(runtime.GOMAXPROCS(0)) }
 
-// arrive admits p: it starts at once when the pipeline has room, else waits
-// in the queue (or is refused at once when the queue is full or the gate
-// closed). maxWaiting bounds the queue.
-func (g *loginGate) arrive(p *pendingLogin, maxWaiting int) {
+// arrive admits p: it reports true when the pipeline has room (the caller
+// starts the login now, without p.run), else p waits in the queue for
+// p.run (or is refused at once when the queue is full or the gate closed).
+// maxWaiting bounds the queue.
+func (g *loginGate) arrive(p *pendingLogin, maxWaiting int) (startNow bool) {
 	g.mu.Lock()
 	if err := g.closed; err != nil {
 		g.mu.Unlock()
 		g.refuse(p, "shutdown", err)
-		return
+		return false
 	}
 	if g.running < g.width {
 		g.running++
 		g.inProgress.Inc()
 		g.mu.Unlock()
-		p.run()
-		return
+		return true
 	}
 	if len(g.queue)-g.head >= maxWaiting {
 		g.mu.Unlock()
 		g.refuse(p, "queue_full", &pgerr.Error{Severity: "FATAL", Code: "53300",
 			Message: fmt.Sprintf("lockpool: too many connections waiting to log in (%d)", maxWaiting),
 			Hint:    "lockpool is logging in other clients; retry in a moment."})
-		return
+		return false
 	}
 	g.queue = append(g.queue, p)
 	g.waiting.Inc()
@@ -129,6 +129,7 @@ func (g *loginGate) arrive(p *pendingLogin, maxWaiting int) {
 		g.armLocked()
 	}
 	g.mu.Unlock()
+	return false
 }
 
 // done ends a login in progress: the next waiting connection whose time

@@ -58,6 +58,14 @@ func metricValue(m prometheus.Metric) float64 {
 	return d.Counter.GetValue()
 }
 
+// arrive is g.arrive, with the start the caller makes when there is room
+// done through p.run, as for a connection that waited.
+func arrive(g *loginGate, p *pendingLogin, maxWaiting int) {
+	if g.arrive(p, maxWaiting) {
+		p.run()
+	}
+}
+
 func TestLoginWidth(t *testing.T) {
 	for _, c := range []struct{ procs, want int }{{1, 64}, {2, 64}, {3, 96}, {16, 512}} {
 		if got := loginWidth(c.procs); got != c.want {
@@ -79,7 +87,7 @@ func TestLoginGateQueuesInOrder(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		c := newGateConn(t)
 		cs = append(cs, c)
-		g.arrive(c.pending(time.Minute, started, refused), 100)
+		arrive(g, c.pending(time.Minute, started, refused), 100)
 	}
 	for i := 0; i < 2; i++ {
 		if got := <-started; got != cs[i] {
@@ -123,11 +131,11 @@ func TestLoginGateWaitTimesOut(t *testing.T) {
 	g := newLoginGate(1, nil)
 	started, refused := make(chan *gateConn, 10), make(chan *gateConn, 10)
 	first, second, third := newGateConn(t), newGateConn(t), newGateConn(t)
-	g.arrive(first.pending(time.Minute, started, refused), 100)
+	arrive(g, first.pending(time.Minute, started, refused), 100)
 	<-started
 	t0 := time.Now()
-	g.arrive(second.pending(100*time.Millisecond, started, refused), 100)
-	g.arrive(third.pending(time.Minute, started, refused), 100)
+	arrive(g, second.pending(100*time.Millisecond, started, refused), 100)
+	arrive(g, third.pending(time.Minute, started, refused), 100)
 	select {
 	case c := <-refused:
 		if c != second {
@@ -165,7 +173,7 @@ func TestLoginGateSkipsExpiredOnDone(t *testing.T) {
 	g := newLoginGate(1, nil)
 	started, refused := make(chan *gateConn, 10), make(chan *gateConn, 10)
 	first, late, next := newGateConn(t), newGateConn(t), newGateConn(t)
-	g.arrive(first.pending(time.Minute, started, refused), 100)
+	arrive(g, first.pending(time.Minute, started, refused), 100)
 	<-started
 	p := late.pending(time.Minute, started, refused)
 	p.deadline = time.Now().Add(-time.Millisecond) // already past (as after a reload that shortened it)
@@ -173,7 +181,7 @@ func TestLoginGateSkipsExpiredOnDone(t *testing.T) {
 	g.queue = append(g.queue, p)
 	g.waiting.Inc()
 	g.mu.Unlock()
-	g.arrive(next.pending(time.Minute, started, refused), 100)
+	arrive(g, next.pending(time.Minute, started, refused), 100)
 	g.done()
 	if c := <-refused; c != late {
 		t.Fatal("refused the wrong connection")
@@ -190,10 +198,10 @@ func TestLoginGateFullAndClose(t *testing.T) {
 	g := newLoginGate(1, nil)
 	started, refused := make(chan *gateConn, 10), make(chan *gateConn, 10)
 	running, waiting, over := newGateConn(t), newGateConn(t), newGateConn(t)
-	g.arrive(running.pending(time.Minute, started, refused), 1)
+	arrive(g, running.pending(time.Minute, started, refused), 1)
 	<-started
-	g.arrive(waiting.pending(time.Minute, started, refused), 1)
-	g.arrive(over.pending(time.Minute, started, refused), 1)
+	arrive(g, waiting.pending(time.Minute, started, refused), 1)
+	arrive(g, over.pending(time.Minute, started, refused), 1)
 	if c := <-refused; c != over {
 		t.Fatal("the full queue refused the wrong connection")
 	}
@@ -208,7 +216,7 @@ func TestLoginGateFullAndClose(t *testing.T) {
 		t.Errorf("close: %q, want 57P01", msg)
 	}
 	late := newGateConn(t)
-	g.arrive(late.pending(time.Minute, started, refused), 1)
+	arrive(g, late.pending(time.Minute, started, refused), 1)
 	if c := <-refused; c != late {
 		t.Fatal("an arrival after close was not refused")
 	}
@@ -255,7 +263,7 @@ func TestLoginGateConcurrent(t *testing.T) {
 					wg.Done()
 				}()
 			}
-			g.arrive(p, n)
+			arrive(g, p, n)
 		}()
 	}
 	wg.Wait()

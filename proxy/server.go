@@ -440,12 +440,13 @@ func (s *Server) accepted(l *evloop.Loop, c *evloop.Conn) {
 	if cfg.ClientLoginTimeout > 0 {
 		p.deadline = now.Add(cfg.ClientLoginTimeout)
 	}
-	p.run = func() {
-		// On l's own goroutine Post queues it for the end of this turn
-		// (no system call); from another goroutine it wakes l.
-		l.Post(func() { l.Go(func(co *evloop.Co) { s.serveLogin(co, c, now) }) })
+	login := func(co *evloop.Co) { s.serveLogin(co, c, now) }
+	// A connection that waited starts from whichever goroutine ended a
+	// login: Post (on l's own goroutine it only queues, no system call).
+	p.run = func() { l.Post(func() { l.Go(login) }) }
+	if s.gate.arrive(p, maxLoginsWaiting(cfg.MaxClientConnections)) {
+		l.Go(login) // on l's goroutine: start now
 	}
-	s.gate.arrive(p, maxLoginsWaiting(cfg.MaxClientConnections))
 }
 
 // stopAcceptingLocked makes Serve stop accepting (s.mu held).

@@ -467,7 +467,18 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 		return err
 	}
 	a.buf = b
-	_, err = a.c.Write(b)
+	return writeSoon(a.c, b)
+}
+
+// writeSoon writes b to a login's connection: on an event loop, with the
+// loop's other writes at the end of its turn (the login reads the answer
+// next, which waits anyway), else now.
+func writeSoon(c net.Conn, b []byte) error {
+	if ec, ok := c.(*evloop.Conn); ok {
+		_, err := ec.WriteDeferred(b)
+		return err
+	}
+	_, err := c.Write(b)
 	return err
 }
 
@@ -601,7 +612,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	buf = binary.BigEndian.AppendUint32(buf, ss.PID())
 	buf = binary.BigEndian.AppendUint32(buf, ss.Secret())
 	buf = wire.AppendReadyForQuery(buf, 'I')
-	if _, err := conn.Write(buf); err != nil {
+	if err := writeSoon(conn, buf); err != nil {
 		s.unregister(ss)
 		s.sessionEnded(ss)
 		return nil, err

@@ -3,9 +3,12 @@
 package evloop
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -27,7 +30,8 @@ const keepAlive = 15
 // Listener accepts the connections of a TCP listening socket on event loops,
 // with no goroutine and no netpoller in between: each loop that listens has
 // the socket in its epoll (EPOLLEXCLUSIVE: one loop is woken per
-// connection), accepts on its own thread and hands each new connection, a
+// connection), accepts on its own thread (one accept4 per connection: the
+// socket options come from the listening socket) and hands each new connection, a
 // Conn with its own non-blocking descriptor that no loop has adopted yet, to
 // the callback on that loop's goroutine. The callback typically starts a
 // coroutine (Loop.Go) that binds the Conn (Bind homes it on the loop).
@@ -63,6 +67,9 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
 		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		if derr == nil {
+			forgetInNetpoller(int(fd))
+		}
 	}); err != nil {
 		return nil, err
 	}
@@ -73,6 +80,11 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 		_ = unix.Close(nfd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
+	// Set on the listening socket, the options are the accepted sockets'
+	// too: Linux copies a listener's TCP_NODELAY, keepalive flag and
+	// keepalive times to each socket it accepts (and arms its keepalive
+	// timer), so an accept costs no setsockopt.
+	setSocketOptions(nfd)
 	lis := &Listener{fd: nfd, loops: loops, accept: accept, errf: errf, backoff: map[*Loop]time.Duration{}}
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
 		lis.local = a.AddrPort()
@@ -91,6 +103,39 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 		return nil, err
 	}
 	return lis, nil
+}
+
+// forgetInNetpoller takes the listening socket fd out of the Go runtime's
+// netpoller, where net.Listen put it: nobody calls Accept on the Go
+// listener while the loops accept, but registered there (edge-triggered)
+// every incoming connection would also wake the thread that waits in the
+// netpoller, for nothing (one context switch and a scheduler round per
+// login). The runtime's epoll instance is found as the one whose
+// /proc/self/fdinfo lists fd; none found (no /proc, or a runtime that polls
+// otherwise) leaves everything as it was. Call it before the loops register
+// the socket (then the runtime's is the only epoll holding it). The Go
+// listener must not Accept afterwards: its waits would never be woken. Its
+// Close still works (the runtime's EPOLL_CTL_DEL then fails, unchecked).
+func forgetInNetpoller(fd int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	want := fmt.Sprintf("tfd: %8d ", fd)
+	for _, e := range ents {
+		epfd, err := strconv.Atoi(e.Name())
+		if err != nil || epfd == fd {
+			continue
+		}
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil || !strings.Contains(string(info), want) {
+			continue
+		}
+		_ = unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	}
 }
 
 // register puts the listening socket into l's epoll (on l's goroutine).
@@ -180,7 +225,6 @@ func (l *Loop) acceptAll(lis *Listener) {
 				c.addrs.local = addrPortOf(la)
 			}
 		}
-		setSocketOptions(nfd)
 		lis.accept(l, c)
 	}
 }
@@ -214,9 +258,9 @@ func (lis *Listener) pause(l *Loop, err error) {
 	})
 }
 
-// setSocketOptions sets what Go's net package sets on the connections its
-// TCP listeners accept: no Nagle delay, keepalive probes (keepAlive).
-// Errors are ignored, as Go does (a socket that left already fails later).
+// setSocketOptions sets, on a listening socket, what Go's net package sets
+// on each connection its TCP listeners accept: no Nagle delay, keepalive
+// probes (keepAlive). Errors are ignored, as Go does.
 func setSocketOptions(fd int) {
 	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	setIntOpt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)

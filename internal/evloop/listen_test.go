@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Two loops listen on one socket: every connection is accepted once, on
@@ -32,6 +34,11 @@ func TestListenAcceptsOnLoops(t *testing.T) {
 			t.Errorf("local address %s, want %s", c.LocalAddr(), ln.Addr())
 		}
 		mu.Unlock()
+		for _, o := range [][3]int{{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1}, {unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1}, {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAlive}} {
+			if v, err := unix.GetsockoptInt(c.fd, o[0], o[1]); err != nil || v != o[2] {
+				t.Errorf("accepted socket: option %d/%d = %d, %v; want %d (from the listening socket)", o[0], o[1], v, err, o[2])
+			}
+		}
 		l.Go(func(co *Co) {
 			if err := c.Bind(co); err != nil {
 				t.Error(err)
