@@ -8,8 +8,10 @@
 // p50/p99 latency (pgbench -l logs), resident memory per idle client with
 // 2,000 and with 10,000 idle authenticated clients (each count on freshly
 // started poolers), lease_acquire+lease_release pairs per
-// second from 50 sessions, and a mixed run with 20 % of the sessions pinned
-// by advisory locks. It prints one table with the ratios lockpool/PgBouncer
+// second from 50 sessions, a mixed run with 20 % of the sessions pinned
+// by advisory locks, and the login storm (login.go: pgbench -C, a SCRAM
+// login per transaction, both poolers checking the same verifier; CPU per
+// login from the threads' schedstat run time). It prints one table with the ratios lockpool/PgBouncer
 // and lockpool/direct and writes everything as JSON.
 //
 // Run it with scripts/bench.sh (installs PgBouncer when missing), or:
