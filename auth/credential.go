@@ -13,6 +13,7 @@ import (
 	"hash"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 const (
@@ -43,16 +44,23 @@ type scramSecret struct {
 	salt       []byte
 	storedKey  []byte
 	serverKey  []byte
-	// storedMAC and serverMAC are HMAC-SHA-256 keyed with StoredKey and
-	// ServerKey, their inner and outer pads hashed once (macs): a login
-	// clones them instead of keying a new HMAC. Never written to; as
-	// secret as the keys.
-	storedMAC, serverMAC hash.Hash
+	// storedMAC and serverMAC hold HMAC-SHA-256s keyed with StoredKey and
+	// ServerKey, their inner and outer pads hashed once: a login takes one,
+	// Resets it to the keyed state and puts it back, instead of keying a
+	// new HMAC (macs). As secret as the keys.
+	storedMAC, serverMAC *sync.Pool
+	// serverFirstTail is ",s=<salt base64>,i=<iterations>", the end of
+	// every server-first-message for this secret.
+	serverFirstTail string
 }
 
-// macs keys s's HMACs (once, when the secret is made).
+// macs prepares what every login with s uses (once, when the secret is
+// made).
 func (s *scramSecret) macs() *scramSecret {
-	s.storedMAC, s.serverMAC = keyedMAC(s.storedKey), keyedMAC(s.serverKey)
+	stored, server := s.storedKey, s.serverKey
+	s.storedMAC = &sync.Pool{New: func() any { return keyedMAC(stored) }}
+	s.serverMAC = &sync.Pool{New: func() any { return keyedMAC(server) }}
+	s.serverFirstTail = ",s=" + base64.StdEncoding.EncodeToString(s.salt) + ",i=" + strconv.Itoa(s.iterations)
 	return s
 }
 
@@ -64,17 +72,18 @@ func keyedMAC(key []byte) hash.Hash {
 	return m
 }
 
-// macWith is HMAC(key, msg) from keyed, a keyedMAC of key, cloned so that
-// keyed itself is never written (logins run at the same time).
-func macWith(keyed hash.Hash, key, msg []byte) []byte {
-	if c, ok := keyed.(hash.Cloner); ok && keyed != nil {
-		if m, err := c.Clone(); err == nil {
-			h := m.(hash.Hash)
-			h.Write(msg)
-			return h.Sum(nil)
-		}
+// macWith is HMAC(key, msg) with an HMAC of pool (a pool of keyedMACs of
+// key); with no pool (the mock secret of an unknown user), a new HMAC.
+func macWith(pool *sync.Pool, key, msg []byte) []byte {
+	if pool == nil {
+		return hmacSHA256(key, msg)
 	}
-	return hmacSHA256(key, msg)
+	h := pool.Get().(hash.Hash)
+	h.Reset() // back to the keyed state (the pads' hashes saved by the first Reset)
+	h.Write(msg)
+	sum := h.Sum(make([]byte, 0, scramKeyLen))
+	pool.Put(h)
+	return sum
 }
 
 // NewCredential prepares the secret of user. secret is one of:

@@ -88,9 +88,11 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 	raw := make([]byte, scramRawNonceLen)
 	rand.Read(raw)
 	serverNonce := base64.StdEncoding.EncodeToString(raw)
-	serverFirst := "r=" + cf.nonce + serverNonce +
-		",s=" + base64.StdEncoding.EncodeToString(secret.salt) +
-		",i=" + strconv.Itoa(secret.iterations)
+	tail := secret.serverFirstTail
+	if tail == "" { // the mock secret of an unknown user
+		tail = ",s=" + base64.StdEncoding.EncodeToString(secret.salt) + ",i=" + strconv.Itoa(secret.iterations)
+	}
+	serverFirst := "r=" + cf.nonce + serverNonce + tail
 	if err := send(c, &pgproto3.AuthenticationSASLContinue{Data: []byte(serverFirst)}); err != nil {
 		return Result{}, err
 	}
@@ -113,12 +115,7 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 
 	// verify_client_proof: ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage),
 	// then H(ClientKey) must equal StoredKey.
-	var clientSig []byte
-	if secret.storedMAC != nil {
-		clientSig = macWith(secret.storedMAC, secret.storedKey, authMessage)
-	} else {
-		clientSig = hmacSHA256(secret.storedKey, authMessage) // the mock secret of an unknown user
-	}
+	clientSig := macWith(secret.storedMAC, secret.storedKey, authMessage) // no pool: the mock secret of an unknown user
 	clientKey := make([]byte, scramKeyLen)
 	subtle.XORBytes(clientKey, fin.proof, clientSig)
 	computed := sha256.Sum256(clientKey)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -272,6 +273,12 @@ func (s *Server) learnSCRAM(user string, cred *auth.Credential, clientKey []byte
 	}
 	if _, plain := cred.Plaintext(); plain {
 		return
+	}
+	s.mu.Lock()
+	prev, known := s.passKeys[user]
+	s.mu.Unlock()
+	if known && subtle.ConstantTimeCompare(prev.ClientKey, clientKey) == 1 {
+		return // learned from an earlier login: nothing to copy
 	}
 	_, _, _, serverKey, ok := cred.SCRAMSecret()
 	if !ok {

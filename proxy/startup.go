@@ -527,13 +527,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	if _, known := rc.cfg.UserByName(user); !known {
 		cred = nil
 		if rc.cfg.AuthQuery != nil {
-			var c *auth.Credential
-			var err error
-			lc.offload(func() {
-				ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
-				c, err = s.authq.lookup(ctx, rc.cfg, s.hosts, user)
-				cancel()
-			})
+			c, err := s.lookupUser(lc, rc, user)
 			if err != nil {
 				s.log.Warn("auth_query lookup failed", "user", user, "err", err)
 				return nil, &pgerr.Error{Code: "08006", Message: "lockpool: cannot look up the user in PostgreSQL", Hint: "Check auth_query and that PostgreSQL is reachable."}
@@ -588,8 +582,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	// As in PostgreSQL, an unknown database is reported before a bad setting.
 	srvParams, known := s.pool.CachedServerParams(app.Name, database)
 	if !known {
-		lc.offload(func() { srvParams, err = s.pool.ServerParams(wait.get(), app.Name, database) })
-		if err != nil {
+		if srvParams, err = s.serverParams(lc, &wait, app.Name, database); err != nil {
 			return nil, backend.LoginError(err, database, as.Cfg.Name)
 		}
 	}
@@ -619,6 +612,25 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	}
 	admitted = false // the session gives its place back when it ends
 	return ss, nil
+}
+
+// lookupUser looks user up with auth_query, where waiting is allowed. (The
+// waits of login are methods of their own: a closure inside login would
+// move login's variables to the heap on every login.)
+func (s *Server) lookupUser(lc *loginCtx, rc *runtimeConfig, user string) (c *auth.Credential, err error) {
+	lc.offload(func() {
+		ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
+		c, err = s.authq.lookup(ctx, rc.cfg, s.hosts, user)
+		cancel()
+	})
+	return c, err
+}
+
+// serverParams waits for the server's parameters of (app, database) where
+// waiting is allowed (a server connection may have to be dialed).
+func (s *Server) serverParams(lc *loginCtx, wait *lazyContext, app, database string) (p map[string]string, err error) {
+	lc.offload(func() { p, err = s.pool.ServerParams(wait.get(), app, database) })
+	return p, err
 }
 
 // lazyContext is a context with a timeout made at its first use.

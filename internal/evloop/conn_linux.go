@@ -170,11 +170,11 @@ func (c *Conn) homeOn(l *Loop) error {
 		return nil
 	}
 	if c.home != nil {
-		_ = unix.EpollCtl(c.home.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		_ = rawEpollCtl(c.home.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 		c.home = nil
 	}
 	ev := unix.EpollEvent{Events: pollEvents, Fd: int32(c.fd)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	c.home = l
@@ -640,7 +640,33 @@ func (c *Conn) Close() error {
 		return errClosedTwice
 	}
 	c.owner, c.home = nil, nil
-	return unix.Close(c.fd)
+	return rawClose(c.fd)
+}
+
+// rawEpollCtl is epoll_ctl as a raw system call: it cannot block, and the
+// scheduler need not hear of it (through the scheduler, a call sysmon
+// happens to find under way hands the loop's P to another thread).
+func rawEpollCtl(epfd, op, fd int, ev *unix.EpollEvent) error {
+	if ev != nil {
+		raceReadRange(unsafe.Pointer(ev), int(unsafe.Sizeof(*ev)))
+	}
+	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawClose is close(2) as a raw system call, for sockets: with no
+// SO_LINGER (lockpool sets none) closing a socket does not wait, though
+// sending its FIN and waking its peer takes long enough for sysmon to see a
+// scheduled call under way and hand the P to another thread.
+func rawClose(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // errClosedTwice is Close's error for a connection closed already: made

@@ -129,8 +129,8 @@
 // reached with go:linkname, and no thread is locked (runtime.LockOSThread).
 //
 //   - Raw system calls keep the P. epoll_pwait (at most busyWait),
-//     recvfrom, sendto, accept4, the eventfd read and write and
-//     io_uring_enter are
+//     recvfrom, sendto, accept4, epoll_ctl, close of a socket, the eventfd
+//     read and write and io_uring_enter are
 //     made with unix.RawSyscall/RawSyscall6, which do not tell the
 //     scheduler (no entersyscall): the thread keeps its P, sysmon is not
 //     woken, no other thread is handed the P. Only calls that cannot block,
