@@ -99,6 +99,20 @@ func newLoginGate(width int, reg prometheus.Registerer) *loginGate {
 // defaultLoginWidth is the pipeline's width for this process.
 func defaultLoginWidth() int { return loginWidth(runtime.GOMAXPROCS(0)) }
 
+// tryStart takes a place in the pipeline when one is free and no
+// connection waits for one (the common case: nothing to allocate for a
+// connection that starts at once); false, the caller goes through arrive.
+func (g *loginGate) tryStart() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil || g.running >= g.width || g.head < len(g.queue) {
+		return false
+	}
+	g.running++
+	g.inProgress.Inc()
+	return true
+}
+
 // arrive admits p: it reports true when the pipeline has room (the caller
 // starts the login now, without p.run), else p waits in the queue for
 // p.run (or is refused at once when the queue is full or the gate closed).

@@ -277,3 +277,29 @@ func TestLoginGateConcurrent(t *testing.T) {
 		t.Errorf("in progress at the end = %v", v)
 	}
 }
+
+// tryStart takes a free place only while nobody waits, and never more
+// than the width.
+func TestLoginGateTryStart(t *testing.T) {
+	g := newLoginGate(2, nil)
+	if !g.tryStart() || !g.tryStart() {
+		t.Fatal("tryStart refused a free place")
+	}
+	if g.tryStart() {
+		t.Fatal("tryStart went past the width")
+	}
+	started, refused := make(chan *gateConn, 10), make(chan *gateConn, 10)
+	waiting := newGateConn(t)
+	arrive(g, waiting.pending(time.Minute, started, refused), 10)
+	g.done() // the place goes to the waiting connection
+	if c := <-started; c != waiting {
+		t.Fatal("the waiting connection did not start")
+	}
+	g.done()
+	if !g.tryStart() {
+		t.Fatal("tryStart refused a place freed with nobody waiting")
+	}
+	if v := metricValue(g.inProgress); v != 2 {
+		t.Errorf("in progress = %v, want 2", v)
+	}
+}

@@ -442,17 +442,21 @@ func (s *Server) accepted(l *evloop.Loop, c *evloop.Conn) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	login := func(co *evloop.Co) { s.serveLogin(co, c, now) }
+	if s.gate.tryStart() {
+		l.Go(login) // on l's goroutine: start now
+		return
+	}
 	cfg := s.rc.Load().cfg
 	p := &pendingLogin{conn: c, at: now, refused: s.wg.Done}
 	if cfg.ClientLoginTimeout > 0 {
 		p.deadline = now.Add(cfg.ClientLoginTimeout)
 	}
-	login := func(co *evloop.Co) { s.serveLogin(co, c, now) }
 	// A connection that waited starts from whichever goroutine ended a
 	// login: Post (on l's own goroutine it only queues, no system call).
 	p.run = func() { l.Post(func() { l.Go(login) }) }
 	if s.gate.arrive(p, maxLoginsWaiting(cfg.MaxClientConnections)) {
-		l.Go(login) // on l's goroutine: start now
+		l.Go(login) // a place freed meanwhile
 	}
 }
 

@@ -445,6 +445,7 @@ type authConn struct {
 	// final, when set, takes the SASL final message instead of the socket:
 	// it goes out with the login's next write (loginCtx.final).
 	final *[]byte
+	rbuf  []byte // ReceivePassword's buffer, reused from one message to the next
 	// sasl: the last request was a SASL one (PostgreSQL names the expected
 	// answer differently then).
 	sasl bool
@@ -458,7 +459,7 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 		a.sasl = false
 	}
 	if f, ok := msg.(*pgproto3.AuthenticationSASLFinal); ok && a.final != nil {
-		b, err := f.Encode((*a.final)[:0])
+		b, err := f.Encode(make([]byte, 0, 9+len(f.Data)))
 		*a.final = b
 		return err
 	}
@@ -502,7 +503,12 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 	if n > 64<<10 {
 		return nil, wire.ProtocolErrorf("password message too long")
 	}
-	body := make([]byte, n)
+	// One buffer for the exchange's messages: auth copies what it keeps of
+	// a message (as strings) before it asks for the next.
+	if cap(a.rbuf) < n {
+		a.rbuf = make([]byte, n, max(n, 256))
+	}
+	body := a.rbuf[:n]
 	if _, err := io.ReadFull(a.br, body); err != nil {
 		return nil, err
 	}
@@ -596,7 +602,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	if !s.register(ss) {
 		return nil, pgerr.Shutdown()
 	}
-	buf := make([]byte, 0, 512)
+	buf := make([]byte, 0, 1024)
 	buf = append(buf, lc.final...)
 	buf = append(buf, authenticationOk...)
 	buf = append(buf, notices...)

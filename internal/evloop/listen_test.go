@@ -30,6 +30,9 @@ func TestListenAcceptsOnLoops(t *testing.T) {
 		mu.Lock()
 		byLoop[l]++
 		remotes[c.RemoteAddr().String()] = true
+		if c.RemoteString() != c.RemoteAddr().String() {
+			t.Errorf("RemoteString %q, RemoteAddr %q", c.RemoteString(), c.RemoteAddr())
+		}
 		if c.LocalAddr().String() != ln.Addr().String() {
 			t.Errorf("local address %s, want %s", c.LocalAddr(), ln.Addr())
 		}

@@ -72,6 +72,9 @@ func Wrap(nc net.Conn) *Conn {
 	return &Conn{nc}
 }
 
+// RemoteString is RemoteAddr().String().
+func (c *Conn) RemoteString() string { return c.RemoteAddr().String() }
+
 // Bind, Unbind, Flush, DropDeferred, Adopted, WriteDeferred, WriteDeferredDraining and WriteDraining: see the Linux implementation.
 func (c *Conn) Bind(co *Co) error                   { return errUnsupported }
 func (c *Conn) Unbind()                             {}

@@ -148,9 +148,15 @@ func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, d
 	if n := br.Buffered(); n > 0 {
 		early, _ = br.Peek(n)
 	}
+	remote := ""
+	if ec, ok := conn.(interface{ RemoteString() string }); ok {
+		remote = ec.RemoteString() // an event loop's connection: one allocation
+	} else {
+		remote = conn.RemoteAddr().String()
+	}
 	s := &Session{
 		srv: srv, conn: conn, r: wire.NewReader(conn, srv.Bufs, early), app: as, user: user, database: database,
-		remote: conn.RemoteAddr().String(), pos: position{txStatus: 'I'},
+		remote: remote, pos: position{txStatus: 'I'},
 	}
 	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
