@@ -588,11 +588,11 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	// As in PostgreSQL, an unknown database is reported before a bad setting.
 	srvParams, known := s.pool.CachedServerParams(app.Name, database)
 	if !known {
-		if srvParams, err = s.serverParams(lc, &wait, app.Name, database); err != nil {
+		if srvParams, err = s.serverParams(lc, wait.get(), app.Name, database); err != nil {
 			return nil, backend.LoginError(err, database, as.Cfg.Name)
 		}
 	}
-	notices, err := s.checkStartupParams(wait.get, ss, settings, lc.offload)
+	notices, err := s.checkStartupParams(&wait, ss, settings, lc.offload)
 	if err != nil {
 		return nil, err
 	}
@@ -634,8 +634,8 @@ func (s *Server) lookupUser(lc *loginCtx, rc *runtimeConfig, user string) (c *au
 
 // serverParams waits for the server's parameters of (app, database) where
 // waiting is allowed (a server connection may have to be dialed).
-func (s *Server) serverParams(lc *loginCtx, wait *lazyContext, app, database string) (p map[string]string, err error) {
-	lc.offload(func() { p, err = s.pool.ServerParams(wait.get(), app, database) })
+func (s *Server) serverParams(lc *loginCtx, ctx context.Context, app, database string) (p map[string]string, err error) {
+	lc.offload(func() { p, err = s.pool.ServerParams(ctx, app, database) })
 	return p, err
 }
 

@@ -28,10 +28,10 @@ import (
 // accepted unchecked (the first statement applies and so checks it); any
 // other set is refused with 08006 (53300 when the pool stayed full).
 //
-// ctxOf gives the context of a wait for the server (made when needed), and
+// wait gives the context of a wait for the server (made when needed), and
 // offload runs what may wait for a server (the check, or another login's
 // check of the same set) where waiting is allowed (loginCtx.offload).
-func (s *Server) checkStartupParams(ctxOf func() context.Context, ss *session.Session, seq []startupparam.Param, offload func(func())) ([]byte, error) {
+func (s *Server) checkStartupParams(wait *lazyContext, ss *session.Session, seq []startupparam.Param, offload func(func())) ([]byte, error) {
 	var idx []int
 	for i, p := range seq {
 		if startupparam.NeedsCheck(p) {
@@ -58,7 +58,7 @@ func (s *Server) checkStartupParams(ctxOf func() context.Context, ss *session.Se
 	if ch != nil {
 		var verdict *pgerr.Error
 		var err error
-		ctx := ctxOf()
+		ctx := wait.get()
 		offload(func() {
 			if owner {
 				checked, v, cerr := s.runStartupCheck(ctx, ss.App().Name, ss.Database(), pairs)
