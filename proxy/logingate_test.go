@@ -282,8 +282,10 @@ func TestLoginGateConcurrent(t *testing.T) {
 // than the width.
 func TestLoginGateTryStart(t *testing.T) {
 	g := newLoginGate(2, nil)
-	if !g.tryStart() || !g.tryStart() {
-		t.Fatal("tryStart refused a free place")
+	for i := 0; i < 2; i++ {
+		if !g.tryStart() {
+			t.Fatalf("tryStart refused free place %d", i+1)
+		}
 	}
 	if g.tryStart() {
 		t.Fatal("tryStart went past the width")
