@@ -209,8 +209,8 @@ func loginStorm(t *testing.T, role string, total, wave int, loginTimeout time.Du
 			t.Errorf("refused with %s (%d clients): want 53300 (no place in time) or 57014 (login timeout)", code, codes[code])
 		}
 	}
-	if served == 0 {
-		t.Error("no client was served")
+	if served == 0 && !wantRefused {
+		t.Error("no client was served") // with a tight timeout on a loaded machine (-race) none may be
 	}
 	if wantRefused && served == total {
 		t.Log("every client was served: the machine logged them in faster than the timeout (no refusal to check)")
