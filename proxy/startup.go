@@ -468,18 +468,10 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 		return err
 	}
 	a.buf = b
-	return writeSoon(a.c, b)
-}
-
-// writeSoon writes b to a login's connection: on an event loop, with the
-// loop's other writes at the end of its turn (the login reads the answer
-// next, which waits anyway), else now.
-func writeSoon(c net.Conn, b []byte) error {
-	if ec, ok := c.(*evloop.Conn); ok {
-		_, err := ec.WriteDeferred(b)
-		return err
-	}
-	_, err := c.Write(b)
+	// Written now, not with the loop's turn (WriteDeferred): a deferred
+	// write leaves the connection a write buffer that an idle client would
+	// then keep.
+	_, err = a.c.Write(b)
 	return err
 }
 
@@ -611,7 +603,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	buf = binary.BigEndian.AppendUint32(buf, ss.PID())
 	buf = binary.BigEndian.AppendUint32(buf, ss.Secret())
 	buf = wire.AppendReadyForQuery(buf, 'I')
-	if err := writeSoon(conn, buf); err != nil {
+	if _, err := conn.Write(buf); err != nil {
 		s.unregister(ss)
 		s.sessionEnded(ss)
 		return nil, err
