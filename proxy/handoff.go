@@ -20,7 +20,9 @@ func (s *Server) Handoff(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {
 		s.handedOff.Store(true)
-		s.stopAcceptingLocked()
+		if s.ln != nil {
+			_ = s.ln.Close()
+		}
 	}
 	s.mu.Unlock()
 	s.acceptors.Wait()
