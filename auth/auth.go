@@ -42,7 +42,9 @@ type Conn interface {
 	// ReceivePassword reads the next client message, which must be type 'p'
 	// (PasswordMessage, SASLInitialResponse and SASLResponse all use 'p'),
 	// and returns its body (without type byte and length). Any other type
-	// is a protocol error, reported by the implementation.
+	// is a protocol error, reported by the implementation. The body may
+	// live in a buffer the next call reuses: Authenticate copies what it
+	// keeps of a message before it asks for the next.
 	ReceivePassword() (body []byte, err error)
 }
 

@@ -10,8 +10,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 const (
@@ -42,6 +44,46 @@ type scramSecret struct {
 	salt       []byte
 	storedKey  []byte
 	serverKey  []byte
+	// storedMAC and serverMAC hold HMAC-SHA-256s keyed with StoredKey and
+	// ServerKey, their inner and outer pads hashed once: a login takes one,
+	// Resets it to the keyed state and puts it back, instead of keying a
+	// new HMAC (macs). As secret as the keys.
+	storedMAC, serverMAC *sync.Pool
+	// serverFirstTail is ",s=<salt base64>,i=<iterations>", the end of
+	// every server-first-message for this secret.
+	serverFirstTail string
+}
+
+// macs prepares what every login with s uses (once, when the secret is
+// made).
+func (s *scramSecret) macs() *scramSecret {
+	stored, server := s.storedKey, s.serverKey
+	s.storedMAC = &sync.Pool{New: func() any { return keyedMAC(stored) }}
+	s.serverMAC = &sync.Pool{New: func() any { return keyedMAC(server) }}
+	s.serverFirstTail = ",s=" + base64.StdEncoding.EncodeToString(s.salt) + ",i=" + strconv.Itoa(s.iterations)
+	return s
+}
+
+// keyedMAC is an HMAC-SHA-256 with key whose pads are hashed already (the
+// first Reset does that: FIPS 198-1 section 6).
+func keyedMAC(key []byte) hash.Hash {
+	m := hmac.New(sha256.New, key)
+	m.Reset()
+	return m
+}
+
+// macWith is HMAC(key, msg) with an HMAC of pool (a pool of keyedMACs of
+// key); with no pool (the mock secret of an unknown user), a new HMAC.
+func macWith(pool *sync.Pool, key, msg []byte) []byte {
+	if pool == nil {
+		return hmacSHA256(key, msg)
+	}
+	h := pool.Get().(hash.Hash)
+	h.Reset() // back to the keyed state (the pads' hashes saved by the first Reset)
+	h.Write(msg)
+	sum := h.Sum(make([]byte, 0, scramKeyLen))
+	pool.Put(h)
+	return sum
 }
 
 // NewCredential prepares the secret of user. secret is one of:
@@ -197,7 +239,7 @@ func parseSCRAMVerifier(v string) (*scramSecret, error) {
 	if err != nil || len(server) != scramKeyLen {
 		return nil, errors.New("malformed SCRAM verifier: bad ServerKey")
 	}
-	return &scramSecret{iterations: iter, salt: salt, storedKey: stored, serverKey: server}, nil
+	return (&scramSecret{iterations: iter, salt: salt, storedKey: stored, serverKey: server}).macs(), nil
 }
 
 // deriveSCRAMSecret computes StoredKey and ServerKey like PostgreSQL's
@@ -209,12 +251,12 @@ func deriveSCRAMSecret(password string, salt []byte, iter int) (*scramSecret, er
 	}
 	clientKey := hmacSHA256(salted, []byte(clientKeyLabel))
 	stored := sha256.Sum256(clientKey)
-	return &scramSecret{
+	return (&scramSecret{
 		iterations: iter,
 		salt:       clone(salt),
 		storedKey:  stored[:],
 		serverKey:  hmacSHA256(salted, []byte(serverKeyLabel)),
-	}, nil
+	}).macs(), nil
 }
 
 func saltedPassword(password string, salt []byte, iter int) ([]byte, error) {

@@ -40,6 +40,10 @@ func mockSCRAMSecret(user string) *scramSecret {
 	}
 }
 
+// saslRequest is the AuthenticationSASL every SCRAM exchange starts with
+// (encoded, never changed).
+var saslRequest = &pgproto3.AuthenticationSASL{AuthMechanisms: []string{MechanismSCRAMSHA256}}
+
 // scramExchange runs SCRAM-SHA-256 as PostgreSQL's CheckSASLAuth +
 // auth-scram.c. When cred has no SCRAM secret the exchange is doomed: it
 // runs with a mock secret and fails at the end.
@@ -53,7 +57,7 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 		secret = mockSCRAMSecret(user)
 	}
 
-	if err := send(c, &pgproto3.AuthenticationSASL{AuthMechanisms: []string{MechanismSCRAMSHA256}}); err != nil {
+	if err := send(c, saslRequest); err != nil {
 		return Result{}, err
 	}
 	body, err := receive(c)
@@ -85,13 +89,29 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 		return Result{}, perr
 	}
 
-	raw := make([]byte, scramRawNonceLen)
-	rand.Read(raw)
-	serverNonce := base64.StdEncoding.EncodeToString(raw)
-	serverFirst := "r=" + cf.nonce + serverNonce +
-		",s=" + base64.StdEncoding.EncodeToString(secret.salt) +
-		",i=" + strconv.Itoa(secret.iterations)
-	if err := send(c, &pgproto3.AuthenticationSASLContinue{Data: []byte(serverFirst)}); err != nil {
+	var raw [scramRawNonceLen]byte
+	rand.Read(raw[:])
+	tail := secret.serverFirstTail
+	if tail == "" { // the mock secret of an unknown user
+		tail = ",s=" + base64.StdEncoding.EncodeToString(secret.salt) + ",i=" + strconv.Itoa(secret.iterations)
+	}
+	// One buffer for the AuthMessage (client-first-message-bare "," server-
+	// first-message "," client-final-message-without-proof): the
+	// server-first-message is sent from its middle, the client's final
+	// part appended when it comes.
+	b64 := base64.StdEncoding
+	authMessage := make([]byte, 0, len(cf.bare)+1+2+len(cf.nonce)+b64.EncodedLen(scramRawNonceLen)+len(tail)+1+128)
+	authMessage = append(authMessage, cf.bare...)
+	authMessage = append(authMessage, ',')
+	sfStart := len(authMessage)
+	authMessage = append(authMessage, "r="...)
+	authMessage = append(authMessage, cf.nonce...)
+	nonceStart := len(authMessage)
+	authMessage = b64.AppendEncode(authMessage, raw[:])
+	serverNonce := authMessage[nonceStart:]
+	authMessage = append(authMessage, tail...)
+	serverFirst := authMessage[sfStart:]
+	if err := send(c, &pgproto3.AuthenticationSASLContinue{Data: serverFirst}); err != nil {
 		return Result{}, err
 	}
 
@@ -106,14 +126,17 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 		return Result{}, perr
 	}
 
-	authMessage := []byte(cf.bare + "," + serverFirst + "," + fin.withoutProof)
+	authMessage = append(authMessage, ',')
+	authMessage = append(authMessage, fin.withoutProof...)
 
-	// verify_final_nonce: constant-time, whole-string comparison.
-	nonceOK := subtle.ConstantTimeCompare([]byte(fin.nonce), []byte(cf.nonce+serverNonce)) == 1
+	// verify_final_nonce: constant-time, whole-string comparison (of the
+	// client's nonce and ours as sent: "r=" is before it in the message).
+	sentNonce := serverFirst[2 : nonceStart-sfStart+len(serverNonce)]
+	nonceOK := subtle.ConstantTimeCompare([]byte(fin.nonce), sentNonce) == 1
 
 	// verify_client_proof: ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage),
 	// then H(ClientKey) must equal StoredKey.
-	clientSig := hmacSHA256(secret.storedKey, authMessage)
+	clientSig := macWith(secret.storedMAC, secret.storedKey, authMessage) // no pool: the mock secret of an unknown user
 	clientKey := make([]byte, scramKeyLen)
 	subtle.XORBytes(clientKey, fin.proof, clientSig)
 	computed := sha256.Sum256(clientKey)
@@ -123,9 +146,10 @@ func scramExchange(c Conn, user string, cred *Credential) (Result, error) {
 		return Result{}, authFailed(user)
 	}
 
-	serverSig := hmacSHA256(secret.serverKey, authMessage)
-	final := "v=" + base64.StdEncoding.EncodeToString(serverSig)
-	if err := send(c, &pgproto3.AuthenticationSASLFinal{Data: []byte(final)}); err != nil {
+	serverSig := macWith(secret.serverMAC, secret.serverKey, authMessage)
+	final := make([]byte, 0, 2+b64.EncodedLen(len(serverSig)))
+	final = b64.AppendEncode(append(final, "v="...), serverSig)
+	if err := send(c, &pgproto3.AuthenticationSASLFinal{Data: final}); err != nil {
 		return Result{}, err
 	}
 	return Result{ClientKey: clientKey}, nil

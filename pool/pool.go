@@ -871,7 +871,7 @@ func (m *Manager) dialReserved(ctx context.Context, a *appPool, database string)
 	if srvGen == m.srvGen {
 		k := paramsKey{database, c.User}
 		if _, ok := m.params[k]; !ok {
-			m.params[k] = c.StartupParams
+			m.params[k] = maps.Clone(c.StartupParams) // never changed: CachedServerParams shares it
 		}
 	}
 	m.mu.Unlock()
@@ -1520,6 +1520,20 @@ func (m *Manager) closeIdleLocked(a *appPool) []*Conn {
 }
 
 // ---------------------------------------------------------------- ServerParams, Stats
+
+// CachedServerParams returns the ParameterStatus values app's server user
+// got for database, when a server connection learned them already, without
+// waiting for anything. The map is shared: read it, never change it.
+func (m *Manager) CachedServerParams(app, database string) (map[string]string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.apps[app]
+	if a == nil || a.removed {
+		return nil, false
+	}
+	p, ok := m.params[paramsKey{database, a.cfg.User}]
+	return p, ok
+}
 
 // ServerParams returns the ParameterStatus set a server connection of (app,
 // database) reports at login, cached per database+user after the first

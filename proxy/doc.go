@@ -20,9 +20,15 @@
 // session only through its exported methods (Kill, Drain, CancelRunning,
 // View), which post to its loop or take its link's lock.
 //
-// Login, TLS handshake and startup checks run on the accepting goroutine;
-// the socket is then handed to an event loop (adopted) and the session
-// runs there as a coroutine (session.Run).
+// The event loops accept on a TCP listener themselves (evloop.Listen): a
+// connection goes through the login pipeline (logingate.go: a bounded
+// number of logins at once, the rest wait in a queue within
+// client_login_timeout), its login runs on a coroutine of the loop that
+// accepted it, what may block on something else than the client (a lookup,
+// a dial, a TLS handshake) offloaded to a goroutine, and its session then
+// runs on the same coroutine (session.Run). A listener the loops cannot take
+// gets an accept goroutine and a goroutine per login, whose socket is then
+// handed to a loop (startup.go).
 //
 // A client that asks for the database lockpool is no session: it is an
 // admin console (package proxy/console), served on its connection's

@@ -168,7 +168,7 @@ func FuzzStartup(f *testing.F) {
 		var err error
 		go func() {
 			defer close(done)
-			_, _, pkt, err = s.readStartup(server)
+			_, _, pkt, err = s.readStartup(&loginCtx{}, server)
 		}()
 		select {
 		case <-done:

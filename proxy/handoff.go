@@ -20,9 +20,7 @@ func (s *Server) Handoff(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.draining {
 		s.handedOff.Store(true)
-		if s.ln != nil {
-			_ = s.ln.Close()
-		}
+		s.stopAcceptingLocked()
 	}
 	s.mu.Unlock()
 	s.acceptors.Wait()

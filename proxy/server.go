@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -78,6 +79,7 @@ type Server struct {
 	// startupChecks: sets of startup settings PostgreSQL accepted (startupcheck.go).
 	startupChecks startupparam.Cache
 	loginLog      loginLimiter // rate limit of the failed-login lines (loginlog.go)
+	gate          *loginGate   // the login pipeline (logingate.go)
 	// started is the config New was given: what the listeners, TLS and the
 	// lease store keep using until a restart (see config.RestartNeeded).
 	started  *config.Config
@@ -105,6 +107,7 @@ type Server struct {
 	wg          sync.WaitGroup // client connections
 	acceptors   sync.WaitGroup // running Serve loops (Handoff waits for them)
 	handedOff   atomic.Bool    // Handoff: the listeners live on in a successor (handoff.go)
+	stopAccept  chan struct{}  // closed (under mu) when Serve is to stop accepting: Shutdown, Handoff
 	done        chan struct{}  // closed when Shutdown finished
 
 	baseCtx context.Context
@@ -138,18 +141,20 @@ func New(opts Options) (*Server, error) {
 		logger = slog.Default()
 	}
 	s := &Server{
-		log:      logger,
-		leases:   opts.Leases,
-		sessions: make(map[uint32]*session.Session),
-		bufs:     wire.NewBufferPool(clientBufSize),
-		done:     make(chan struct{}),
-		started:  opts.Config,
-		onReload: opts.OnReload,
+		log:        logger,
+		leases:     opts.Leases,
+		sessions:   make(map[uint32]*session.Session),
+		bufs:       wire.NewBufferPool(clientBufSize),
+		done:       make(chan struct{}),
+		stopAccept: make(chan struct{}),
+		started:    opts.Config,
+		onReload:   opts.OnReload,
 	}
 	var pid [4]byte
 	_, _ = rand.Read(pid[:])
 	s.nextPID = binary.BigEndian.Uint32(pid[:]) // the session counter: keyPID makes the pids
 	s.metrics = appstate.NewMetrics(opts.Registerer)
+	s.gate = newLoginGate(defaultLoginWidth(), opts.Registerer)
 	s.tasks = bgtask.NewSet(opts.Registerer, bgtask.LeakSweep, bgtask.Cluster, bgtask.Listen, bgtask.LeaseRenewal, bgtask.LeaseListen)
 	s.sweep = s.tasks.Task(bgtask.LeakSweep)
 	rc, err := s.buildRuntime(opts.Config)
@@ -269,6 +274,12 @@ func (s *Server) learnSCRAM(user string, cred *auth.Credential, clientKey []byte
 	if _, plain := cred.Plaintext(); plain {
 		return
 	}
+	s.mu.Lock()
+	prev, known := s.passKeys[user]
+	s.mu.Unlock()
+	if known && subtle.ConstantTimeCompare(prev.ClientKey, clientKey) == 1 {
+		return // learned from an earlier login: nothing to copy
+	}
 	_, _, _, serverKey, ok := cred.SCRAMSecret()
 	if !ok {
 		return
@@ -340,7 +351,15 @@ func (s *Server) Reload(cfg *config.Config) ([]string, error) {
 	return restart, nil
 }
 
-// Serve accepts clients on ln until Shutdown. It returns nil after Shutdown.
+// Serve accepts clients on ln until Shutdown (or Handoff). It returns nil
+// after Shutdown.
+//
+// A TCP listener is taken by the event loops (evloop.Listen): each loop
+// accepts on its own thread and the login runs on a coroutine of that loop
+// (serveLogin), through the login pipeline (logingate.go), and the session
+// on the same coroutine after it. Any other listener is served by an accept
+// goroutine, a goroutine per login (handleConn), and the session then on a
+// loop.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.draining {
@@ -356,8 +375,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 	}
+	loops := s.loops
 	s.mu.Unlock()
 	s.startBackground()
+	lis, err := evloop.Listen(ln, loops, s.accepted, func(err error, backoff time.Duration) {
+		s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+	})
+	if err == nil {
+		<-s.stopAccept
+		lis.Close()
+		return nil
+	}
+	s.log.Debug("accepting on a goroutine: the event loops cannot take the listener", "err", err)
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -397,6 +426,49 @@ func (s *Server) Serve(ln net.Listener) error {
 			defer s.wg.Done()
 			s.handleConn(c)
 		}()
+	}
+}
+
+// accepted takes a connection loop l accepted (on l's goroutine): it
+// counts it in s.wg and puts it through the login pipeline, which starts
+// its login on l (p.run) now or when a place frees.
+func (s *Server) accepted(l *evloop.Loop, c *evloop.Conn) {
+	now := time.Now()
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	login := func(co *evloop.Co) { s.serveLogin(co, c, now) }
+	if s.gate.tryStart() {
+		l.Go(login) // on l's goroutine: start now
+		return
+	}
+	cfg := s.rc.Load().cfg
+	p := &pendingLogin{conn: c, at: now, refused: s.wg.Done}
+	if cfg.ClientLoginTimeout > 0 {
+		p.deadline = now.Add(cfg.ClientLoginTimeout)
+	}
+	// A connection that waited starts from whichever goroutine ended a
+	// login: Post (on l's own goroutine it only queues, no system call).
+	p.run = func() { l.Post(func() { l.Go(login) }) }
+	if s.gate.arrive(p, maxLoginsWaiting(cfg.MaxClientConnections)) {
+		l.Go(login) // a place freed meanwhile
+	}
+}
+
+// stopAcceptingLocked makes Serve stop accepting (s.mu held).
+func (s *Server) stopAcceptingLocked() {
+	select {
+	case <-s.stopAccept:
+	default:
+		close(s.stopAccept)
+	}
+	if s.ln != nil {
+		_ = s.ln.Close()
 	}
 }
 
@@ -498,9 +570,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.draining = true
-	if s.ln != nil {
-		_ = s.ln.Close()
-	}
+	s.stopAcceptingLocked()
 	list := make([]*session.Session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
 		list = append(list, ss)
@@ -509,6 +579,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, ss := range list {
 		ss.Drain()
 	}
+	s.gate.close(pgerr.Shutdown()) // connections waiting to log in: 57P01 now
 	s.endConsoles()
 	finished := make(chan struct{})
 	go func() {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -10,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -40,27 +40,114 @@ const (
 // session then reads through its own wire.Reader).
 const startupReadBuf = 512
 
-// handleConn runs one client connection from its first byte to its close.
-// Whatever ends a login early, an error is the last message the client gets.
+// loginCtx is where one connection's login runs: on a coroutine of an event
+// loop (co set: the loop accepted it, Serve), or on a goroutine of its own
+// (co nil: a listener the loops cannot take). On a coroutine, whatever may
+// block on something other than the client's socket (a lookup in
+// PostgreSQL, a dial, a TLS handshake's CPU, a cancel request forwarded) is
+// offloaded to a goroutine while the loop serves others.
+type loginCtx struct {
+	co   *evloop.Co
+	sock *evloop.Conn
+	// final is the SASL final message of a SCRAM exchange, sent with what
+	// follows it (AuthenticationOk and the startup answer, or the error)
+	// in one write.
+	final []byte
+}
+
+// offload runs fn where it may block: on a goroutine of its own while the
+// coroutine waits, or in place without one.
+func (lc *loginCtx) offload(fn func()) {
+	if lc.co == nil {
+		fn()
+		return
+	}
+	lc.co.Offload(fn)
+}
+
+// detached runs fn, which uses the client's socket, on a goroutine of its
+// own with the socket unbound from the coroutine (its reads and writes then
+// wait in poll(2)), and binds the socket again after.
+func (lc *loginCtx) detached(fn func()) error {
+	if lc.co == nil {
+		fn()
+		return nil
+	}
+	lc.sock.Unbind()
+	lc.co.Offload(fn)
+	return lc.sock.Bind(lc.co)
+}
+
+// handleConn runs one client connection accepted on a goroutine (a listener
+// the event loops do not take, see Serve): its login here, then its session
+// on an event loop.
 func (s *Server) handleConn(nc net.Conn) {
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			nc.Close()
-		}
-	}()
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		_ = tc.SetKeepAlive(true)
 	}
 	// Wrapped below TLS: the session's loop adopts the socket after login.
-	nc = evloop.Wrap(nc)
-	rc := s.rc.Load()
-	login := rc.cfg.ClientLoginTimeout
-	if login > 0 {
-		_ = nc.SetDeadline(time.Now().Add(login))
+	sock := evloop.Wrap(nc)
+	s.gate.enter()
+	ss, kept := s.loginConn(&loginCtx{sock: sock}, time.Now())
+	s.gate.leave()
+	if ss == nil {
+		if !kept {
+			_ = sock.Close()
+		}
+		return
 	}
-	conn, br, pkt, err := s.readStartup(nc)
+	// The session runs as a coroutine of an event loop, on a fresh stack
+	// (login, SCRAM and TLS grew this goroutine's).
+	s.wg.Add(1)
+	l := s.pickLoop()
+	l.Post(func() {
+		l.Go(func(co *evloop.Co) {
+			ss.Run(co, sock, func() {
+				_ = sock.Close()
+				s.wg.Done()
+			})
+		})
+	})
+}
+
+// serveLogin runs the login of a connection an event loop accepted, on a
+// coroutine of that loop, and then its session on the same coroutine. The
+// login pipeline (loginGate) started it; the connection counts in s.wg.
+func (s *Server) serveLogin(co *evloop.Co, sock *evloop.Conn, at time.Time) {
+	var ss *session.Session
+	kept := false
+	if err := sock.Bind(co); err != nil {
+		s.log.Debug("client socket not taken by the event loop", "client", sock.RemoteAddr().String(), "err", err)
+	} else {
+		ss, kept = s.loginConn(&loginCtx{co: co, sock: sock}, at)
+	}
+	s.gate.done()
+	if ss == nil {
+		if !kept {
+			_ = sock.Close()
+		}
+		s.wg.Done()
+		return
+	}
+	ss.Run(co, sock, func() {
+		_ = sock.Close()
+		s.wg.Done()
+	})
+}
+
+// loginConn runs a client connection's startup and login, accepted at at.
+// It returns the session when the client logged in, or nil after the client
+// got its error (the caller closes the socket), or nil and kept when the
+// connection went on elsewhere (an admin console on its own goroutine).
+// Whatever ends a login early, an error is the last message the client gets.
+func (s *Server) loginConn(lc *loginCtx, at time.Time) (ss *session.Session, kept bool) {
+	nc := lc.sock
+	rc := s.rc.Load()
+	if login := rc.cfg.ClientLoginTimeout; login > 0 {
+		_ = nc.SetDeadline(at.Add(login))
+	}
+	conn, br, pkt, err := s.readStartup(lc, nc)
 	if err != nil {
 		var pe *pgerr.Error
 		var oe *oldProtocolError
@@ -74,41 +161,55 @@ func (s *Server) handleConn(nc net.Conn) {
 			// the connection closed without a reply.
 			s.log.Debug("startup failed", "remote", nc.RemoteAddr().String(), "err", err)
 		}
-		return
+		return nil, false
 	}
 	if pkt.params["database"] == consoleDatabase {
-		s.serveConsole(conn, br, pkt) // the admin console, on this goroutine (consolelogin.go)
-		return
+		// The admin console, on a goroutine of its own (consolelogin.go).
+		if lc.co == nil {
+			s.serveConsole(conn, br, pkt)
+			return nil, false
+		}
+		nc.Unbind()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConsole(conn, br, pkt)
+			_ = nc.Close()
+		}()
+		return nil, true
 	}
-	ss, err := s.login(conn, br, pkt)
+	ss, err = s.login(lc, conn, br, pkt)
 	if err != nil {
 		var pe *pgerr.Error
 		if errors.As(err, &pe) {
-			var buf []byte
+			buf := lc.final
 			if aa := (*afterAuthError)(nil); errors.As(err, &aa) {
 				buf = append(buf, authenticationOk...)
 			}
 			pe.Severity = "FATAL"
 			_, _ = conn.Write(pe.AppendTo(buf, 'E'))
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			loginTimedOut(conn, rc.cfg.ClientLoginTimeout)
 		}
 		s.logLoginFailure(nc.RemoteAddr().String(), pkt.params["user"], pkt.params["database"], err)
-		return
+		return nil, false
 	}
 	_ = conn.SetDeadline(time.Time{})
-	// The session runs as a coroutine of an event loop, on a fresh stack
-	// (login, SCRAM and TLS grew this goroutine's).
-	handedOff = true
-	s.wg.Add(1)
-	l := s.pickLoop()
-	sock := nc.(*evloop.Conn)
-	l.Post(func() {
-		l.Go(func(co *evloop.Co) {
-			ss.Run(co, sock, func() {
-				_ = nc.Close()
-				s.wg.Done()
-			})
-		})
-	})
+	s.gate.seconds.Observe(time.Since(at).Seconds())
+	return ss, false
+}
+
+// loginTimedOut tells a client whose login did not finish within
+// client_login_timeout, once its startup packet was read, why it is closed
+// (PostgreSQL's own words for its authentication_timeout, which it does not
+// send; a startup packet that does not come in time is closed without a
+// word, as PostgreSQL does), with a second to write it in.
+func loginTimedOut(conn net.Conn, timeout time.Duration) {
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+	pe := &pgerr.Error{Severity: "FATAL", Code: "57014", Message: "lockpool: canceling authentication due to timeout",
+		Detail: fmt.Sprintf("The login did not finish within client_login_timeout (%s).", timeout),
+		Hint:   "Check the client's network and load, or raise client_login_timeout."}
+	_, _ = conn.Write(pe.AppendTo(nil, 'E'))
 }
 
 // errCancelHandled ends a connection that carried a cancel request or a
@@ -145,7 +246,7 @@ type startupPacket struct {
 // readStartup reads the startup packet as PostgreSQL's ProcessStartupPacket
 // does, answering SSL and GSS encryption requests and cancel requests on the
 // way. It returns the (maybe TLS) connection, its reader, and the packet.
-func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPacket, error) {
+func (s *Server) readStartup(lc *loginCtx, nc net.Conn) (net.Conn, *bufio.Reader, *startupPacket, error) {
 	conn := nc
 	br := bufio.NewReaderSize(conn, startupReadBuf)
 	sslDone, gssDone := false, false
@@ -170,11 +271,12 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 		switch {
 		case code == codeCancelRequest:
 			if len(body) >= 8 {
-				s.cancelSession(binary.BigEndian.Uint32(body), binary.BigEndian.Uint32(body[4:]))
+				pid, secret := binary.BigEndian.Uint32(body), binary.BigEndian.Uint32(body[4:])
+				lc.offload(func() { s.cancelSession(pid, secret) })
 			}
 			return conn, br, nil, errCancelHandled
 		case code == codeSignalRequest:
-			s.serveSignalRequest(conn, br, body) // another instance of the cluster (clustersignal.go)
+			_ = lc.detached(func() { s.serveSignalRequest(conn, br, body) }) // another instance of the cluster (clustersignal.go)
 			return conn, br, nil, errCancelHandled
 		case code == codeSSLRequest && !sslDone:
 			if s.tlsConf != nil && br.Buffered() > 0 {
@@ -193,8 +295,12 @@ func (s *Server) readStartup(nc net.Conn) (net.Conn, *bufio.Reader, *startupPack
 			}
 			if answer == 'S' {
 				tc := tls.Server(conn, s.tlsConf)
-				if err := tc.Handshake(); err != nil {
-					return conn, br, nil, fmt.Errorf("tls handshake: %w", err)
+				var herr error
+				if err := lc.detached(func() { herr = tc.Handshake() }); err != nil && herr == nil {
+					herr = err
+				}
+				if herr != nil {
+					return conn, br, nil, fmt.Errorf("tls handshake: %w", herr)
 				}
 				conn = tc
 				br = bufio.NewReaderSize(conn, startupReadBuf)
@@ -267,11 +373,14 @@ func parseStartupParams(b []byte) (*startupPacket, []string, error) {
 	var unknown []string
 	// cstr is the string at off, ended by a NUL or by the end of b
 	// (PostgreSQL reads the body from a buffer with a NUL after it).
+	// One string for the whole body: the names and values are its
+	// substrings (one allocation, not two per pair).
+	bs := string(b)
 	cstr := func(off int) string {
-		if i := bytes.IndexByte(b[off:], 0); i >= 0 {
-			return string(b[off : off+i])
+		if i := strings.IndexByte(bs[off:], 0); i >= 0 {
+			return bs[off : off+i]
 		}
-		return string(b[off:])
+		return bs[off:]
 	}
 	off := 0
 	for off < len(b) && b[off] != 0 {
@@ -333,6 +442,10 @@ type authConn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	buf []byte
+	// final, when set, takes the SASL final message instead of the socket:
+	// it goes out with the login's next write (loginCtx.final).
+	final *[]byte
+	rbuf  []byte // ReceivePassword's buffer, reused from one message to the next
 	// sasl: the last request was a SASL one (PostgreSQL names the expected
 	// answer differently then).
 	sasl bool
@@ -345,11 +458,19 @@ func (a *authConn) Send(msg pgproto3.BackendMessage) error {
 	default:
 		a.sasl = false
 	}
+	if f, ok := msg.(*pgproto3.AuthenticationSASLFinal); ok && a.final != nil {
+		b, err := f.Encode(make([]byte, 0, 9+len(f.Data)))
+		*a.final = b
+		return err
+	}
 	b, err := msg.Encode(a.buf[:0])
 	if err != nil {
 		return err
 	}
 	a.buf = b
+	// Written now, not with the loop's turn (WriteDeferred): a deferred
+	// write leaves the connection a write buffer that an idle client would
+	// then keep.
 	_, err = a.c.Write(b)
 	return err
 }
@@ -374,7 +495,12 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 	if n > 64<<10 {
 		return nil, wire.ProtocolErrorf("password message too long")
 	}
-	body := make([]byte, n)
+	// One buffer for the exchange's messages: auth copies what it keeps of
+	// a message (as strings) before it asks for the next.
+	if cap(a.rbuf) < n {
+		a.rbuf = make([]byte, n, max(n, 256))
+	}
+	body := a.rbuf[:n]
 	if _, err := io.ReadFull(a.br, body); err != nil {
 		return nil, err
 	}
@@ -385,7 +511,7 @@ func (a *authConn) ReceivePassword() ([]byte, error) {
 // startup settings and sends the startup answer. No server connection is
 // needed once the server's parameters for that database are known and the
 // client's set of settings was checked before (checkStartupParams).
-func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *session.Session, err error) {
+func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *session.Session, err error) {
 	authenticated := false
 	defer func() {
 		if err != nil && authenticated {
@@ -399,9 +525,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	if _, known := rc.cfg.UserByName(user); !known {
 		cred = nil
 		if rc.cfg.AuthQuery != nil {
-			ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
-			c, err := s.authq.lookup(ctx, rc.cfg, s.hosts, user)
-			cancel()
+			c, err := s.lookupUser(lc, rc, user)
 			if err != nil {
 				s.log.Warn("auth_query lookup failed", "user", user, "err", err)
 				return nil, &pgerr.Error{Code: "08006", Message: "lockpool: cannot look up the user in PostgreSQL", Hint: "Check auth_query and that PostgreSQL is reachable."}
@@ -409,7 +533,7 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 			cred = c
 		}
 	}
-	ac := &authConn{c: conn, br: br}
+	ac := &authConn{c: conn, br: br, final: &lc.final}
 	method := rc.cfg.AuthMethod
 	res, err := auth.Authenticate(ac, method, user, cred)
 	if err != nil {
@@ -449,14 +573,18 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout+as.Config().WaitTimeout)
-	defer cancel()
+	// The context of a wait for the server, made only when one is needed
+	// (a login that finds everything cached starts no timer).
+	wait := lazyContext{parent: s.baseCtx, timeout: rc.cfg.Server.ConnectTimeout + as.Config().WaitTimeout}
+	defer wait.stop()
 	// As in PostgreSQL, an unknown database is reported before a bad setting.
-	srvParams, err := s.pool.ServerParams(ctx, app.Name, database)
-	if err != nil {
-		return nil, backend.LoginError(err, database, as.Cfg.Name)
+	srvParams, known := s.pool.CachedServerParams(app.Name, database)
+	if !known {
+		if srvParams, err = s.serverParams(lc, wait.get(), app.Name, database); err != nil {
+			return nil, backend.LoginError(err, database, as.Cfg.Name)
+		}
 	}
-	notices, err := s.checkStartupParams(ctx, ss, settings)
+	notices, err := s.checkStartupParams(&wait, ss, settings, lc.offload)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +594,8 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	if !s.register(ss) {
 		return nil, pgerr.Shutdown()
 	}
-	buf := make([]byte, 0, 512)
+	buf := make([]byte, 0, 1024)
+	buf = append(buf, lc.final...)
 	buf = append(buf, authenticationOk...)
 	buf = append(buf, notices...)
 	buf = ss.AppendStartupParams(buf, srvParams)
@@ -481,6 +610,46 @@ func (s *Server) login(conn net.Conn, br *bufio.Reader, pkt *startupPacket) (_ *
 	}
 	admitted = false // the session gives its place back when it ends
 	return ss, nil
+}
+
+// lookupUser looks user up with auth_query, where waiting is allowed. (The
+// waits of login are methods of their own: a closure inside login would
+// move login's variables to the heap on every login.)
+func (s *Server) lookupUser(lc *loginCtx, rc *runtimeConfig, user string) (c *auth.Credential, err error) {
+	lc.offload(func() {
+		ctx, cancel := context.WithTimeout(s.baseCtx, rc.cfg.Server.ConnectTimeout)
+		c, err = s.authq.lookup(ctx, rc.cfg, s.hosts, user)
+		cancel()
+	})
+	return c, err
+}
+
+// serverParams waits for the server's parameters of (app, database) where
+// waiting is allowed (a server connection may have to be dialed).
+func (s *Server) serverParams(lc *loginCtx, ctx context.Context, app, database string) (p map[string]string, err error) {
+	lc.offload(func() { p, err = s.pool.ServerParams(ctx, app, database) })
+	return p, err
+}
+
+// lazyContext is a context with a timeout made at its first use.
+type lazyContext struct {
+	parent  context.Context
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func (l *lazyContext) get() context.Context {
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithTimeout(l.parent, l.timeout)
+	}
+	return l.ctx
+}
+
+func (l *lazyContext) stop() {
+	if l.cancel != nil {
+		l.cancel()
+	}
 }
 
 // authenticationOk is the AuthenticationOk message.

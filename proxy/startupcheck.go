@@ -27,7 +27,11 @@ import (
 // no server connection can be had, a set of only well-known parameters is
 // accepted unchecked (the first statement applies and so checks it); any
 // other set is refused with 08006 (53300 when the pool stayed full).
-func (s *Server) checkStartupParams(ctx context.Context, ss *session.Session, seq []startupparam.Param) ([]byte, error) {
+//
+// wait gives the context of a wait for the server (made when needed), and
+// offload runs what may wait for a server (the check, or another login's
+// check of the same set) where waiting is allowed (loginCtx.offload).
+func (s *Server) checkStartupParams(wait *lazyContext, ss *session.Session, seq []startupparam.Param, offload func(func())) ([]byte, error) {
 	var idx []int
 	for i, p := range seq {
 		if startupparam.NeedsCheck(p) {
@@ -54,15 +58,18 @@ func (s *Server) checkStartupParams(ctx context.Context, ss *session.Session, se
 	if ch != nil {
 		var verdict *pgerr.Error
 		var err error
-		if owner {
-			checked, v, cerr := s.runStartupCheck(ctx, ss.App().Name, ss.Database(), pairs)
-			s.startupChecks.Finish(key.String(), ch, checked, v, cerr)
-		} else {
-			select {
-			case <-ch.Done():
-			case <-ctx.Done():
+		ctx := wait.get()
+		offload(func() {
+			if owner {
+				checked, v, cerr := s.runStartupCheck(ctx, ss.App().Name, ss.Database(), pairs)
+				s.startupChecks.Finish(key.String(), ch, checked, v, cerr)
+			} else {
+				select {
+				case <-ch.Done():
+				case <-ctx.Done():
+				}
 			}
-		}
+		})
 		select {
 		case <-ch.Done():
 			e, verdict, err = ch.Result()

@@ -5,8 +5,10 @@
 # server-connection budget), runs pgbench against direct PostgreSQL,
 # lockpool and PgBouncer in turn, the idle-client memory test (2,000 and
 # 10,000 clients, each on fresh processes), the lease
-# throughput test, the advisory lock throughput test (advisory_locks: hold)
-# and the mixed pinned run, then one 10-client run per pooler under tcpdump
+# throughput test, the advisory lock throughput test (advisory_locks: hold),
+# the login storm (pgbench -C -S -M simple -c 50 -j 2: a SCRAM-SHA-256 login
+# per transaction, both poolers checking the role's verifier; -login-clients
+# 0 skips it) and the mixed pinned run, then one 10-client run per pooler under tcpdump
 # that splits each transaction's latency into the pooler's way in, the
 # server and the pooler's way out, and one under perf sched that gives how
 # long the pooler's threads, PostgreSQL and pgbench waited for a CPU after
@@ -17,6 +19,8 @@
 #
 #   scripts/bench.sh                      # the full run
 #   scripts/bench.sh -T 2 -clients 10,100 -idle 1000   # a quick smoke run
+#   BENCH_LOOPS= scripts/bench.sh -clients 0 -idle 0 -lease-sessions 0 -lock-sessions 0 \
+#     -mixed-sessions 0 -latency-split 0 -sched-latency 0 -rounds 5 -T 8   # the login storm alone
 #
 # Any flag is passed to `go run ./tools/bench` (see -h).
 set -euo pipefail
@@ -46,5 +50,5 @@ loops="${BENCH_LOOPS-1,2,4}"
 for n in ${loops//,/ }; do
   echo "=== lockpool with event_loops: $n"
   go run ./tools/bench -out "bench-results/$stamp-loops$n.json" -event-loops "$n" \
-    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0 -latency-split 0 -sched-latency 0
+    -direct-max-clients 0 -clients 50 -modes simple,extended -scripts select -idle 0 -lease-sessions 0 -lock-sessions 0 -mixed-sessions 0 -latency-split 0 -sched-latency 0 -login-clients 0
 done

@@ -170,11 +170,11 @@ func (c *Conn) homeOn(l *Loop) error {
 		return nil
 	}
 	if c.home != nil {
-		_ = unix.EpollCtl(c.home.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		_ = rawEpollCtl(c.home.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 		c.home = nil
 	}
 	ev := unix.EpollEvent{Events: pollEvents, Fd: int32(c.fd)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+	if err := rawEpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	c.home = l
@@ -637,17 +637,60 @@ func (c *Conn) Close() error {
 		_, _ = c.writeNow(co, pending, nil)
 	}
 	if c.closed.Swap(true) {
-		return c.opError("close", net.ErrClosed)
+		return errClosedTwice
 	}
 	c.owner, c.home = nil, nil
-	return unix.Close(c.fd)
+	return rawClose(c.fd)
 }
+
+// rawEpollCtl is epoll_ctl as a raw system call: it cannot block, and the
+// scheduler need not hear of it (through the scheduler, a call sysmon
+// happens to find under way hands the loop's P to another thread).
+func rawEpollCtl(epfd, op, fd int, ev *unix.EpollEvent) error {
+	if ev != nil {
+		raceReadRange(unsafe.Pointer(ev), int(unsafe.Sizeof(*ev)))
+	}
+	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawClose is close(2) as a raw system call, for sockets: with no
+// SO_LINGER (lockpool sets none) closing a socket does not wait, though
+// sending its FIN and waking its peer takes long enough for sysmon to see a
+// scheduled call under way and hand the P to another thread.
+func rawClose(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// errClosedTwice is Close's error for a connection closed already: made
+// once, since the end of a session closes its client's socket and the
+// session's owner closes it again.
+var errClosedTwice error = &net.OpError{Op: "close", Net: "tcp", Err: net.ErrClosed}
 
 // LocalAddr implements net.Conn.
 func (c *Conn) LocalAddr() net.Addr { return c.addrs.addr(0) }
 
 // RemoteAddr implements net.Conn.
 func (c *Conn) RemoteAddr() net.Addr { return c.addrs.addr(1) }
+
+// RemoteString is RemoteAddr().String(), made with one allocation instead
+// of three for a TCP connection.
+func (c *Conn) RemoteString() string {
+	if r := c.addrs.remote; c.addrs.other == nil && r.IsValid() {
+		if a := r.Addr(); a.Is4In6() {
+			r = netip.AddrPortFrom(a.Unmap(), r.Port()) // as net.IP prints it
+		}
+		return r.String()
+	}
+	return c.RemoteAddr().String()
+}
 
 // SetDeadline implements net.Conn.
 func (c *Conn) SetDeadline(t time.Time) error {

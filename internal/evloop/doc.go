@@ -44,6 +44,16 @@
 //     returns what was received as if it had read it itself. A coroutine
 //     so served is always resumed in that turn (edge-triggered epoll sends
 //     no second event for bytes already taken).
+//   - Listener (Listen): a TCP listening socket in the epoll of every loop
+//     (EPOLLEXCLUSIVE: one loop is woken per connection). The woken loop
+//     accepts on its own thread, up to a batch per turn, and hands each
+//     connection, a Conn with its own descriptor that no netpoller ever
+//     saw, to a callback on its goroutine, which starts a coroutine for it.
+//     The socket options Go's net package sets on each connection (no
+//     Nagle delay, keepalive) are set once on the listening socket: Linux
+//     copies them to every socket it accepts. Out of descriptors, a loop
+//     stops accepting for a moment, longer each time. Close takes the
+//     socket out of every loop before it returns.
 //   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
 //     handshake, dial) and is adopted by a loop: its descriptor is taken out
 //     of Go's netpoller and put in the loop's epoll. TLS and buffered
@@ -119,7 +129,8 @@
 // reached with go:linkname, and no thread is locked (runtime.LockOSThread).
 //
 //   - Raw system calls keep the P. epoll_pwait (at most busyWait),
-//     recvfrom, sendto, the eventfd read and write and io_uring_enter are
+//     recvfrom, sendto, accept4, epoll_ctl, close of a socket, the eventfd
+//     read and write and io_uring_enter are
 //     made with unix.RawSyscall/RawSyscall6, which do not tell the
 //     scheduler (no entersyscall): the thread keeps its P, sysmon is not
 //     woken, no other thread is handed the P. Only calls that cannot block,

@@ -94,6 +94,7 @@ type slot struct {
 	waiter *Co
 	start  func(*Co) // GoOnReadable: a coroutine to start when readable
 	flush  *Conn     // deferred bytes wait for the socket to be writable
+	lis    *Listener // a listening socket (listen_linux.go): accept when readable
 	ready  uint8
 }
 
@@ -413,6 +414,11 @@ func (l *Loop) dispatch(n int) {
 		if fn := s.start; fn != nil && s.ready&readable != 0 {
 			s.start = nil
 			l.Go(fn)
+			s = &l.fds[fd]
+		}
+		if lis := s.lis; lis != nil && s.ready&readable != 0 {
+			s.ready &^= readable // level-triggered: reported again while connections wait
+			l.acceptAll(lis)
 		}
 	}
 	l.flush()

@@ -50,6 +50,17 @@ func (co *Co) WaitReadable(a, b *Conn, deadline time.Time) (*Conn, error) {
 	return a, nil
 }
 
+// Listener accepts on loops; none exists on this system.
+type Listener struct{}
+
+// Listen reports that event loops need Linux: the caller accepts as before.
+func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf func(err error, backoff time.Duration)) (*Listener, error) {
+	return nil, errUnsupported
+}
+
+// Close: see the Linux implementation.
+func (lis *Listener) Close() {}
+
 // Conn is the Go connection it wraps.
 type Conn struct{ net.Conn }
 
@@ -60,6 +71,9 @@ func Wrap(nc net.Conn) *Conn {
 	}
 	return &Conn{nc}
 }
+
+// RemoteString is RemoteAddr().String().
+func (c *Conn) RemoteString() string { return c.RemoteAddr().String() }
 
 // Bind, Unbind, Flush, DropDeferred, Adopted, WriteDeferred, WriteDeferredDraining and WriteDraining: see the Linux implementation.
 func (c *Conn) Bind(co *Co) error                   { return errUnsupported }

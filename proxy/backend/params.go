@@ -107,7 +107,12 @@ func (p *ClientParams) Fingerprint() string {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	n := 1
+	for _, k := range keys {
+		n += len(k) + len(vals[k]) + 2
+	}
 	var b strings.Builder
+	b.Grow(n) // one allocation for the whole fingerprint
 	b.WriteByte('#')
 	for _, k := range keys {
 		b.WriteString(k)

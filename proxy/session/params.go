@@ -35,21 +35,48 @@ func (s *Session) ParseOptions(opts string, explicit []startupparam.Param) (sett
 // appendStartupParams appends the ParameterStatus set a client gets at
 // login: the server's values, overridden by the client's own.
 func (s *Session) AppendStartupParams(buf []byte, srv map[string]string) []byte {
-	seen := make(map[string]bool, len(srv))
+	vals := s.params.Values()
+	var lk [64]byte
 	for k, v := range srv {
-		lk := backend.Lower(k)
-		seen[lk] = true
-		if cv, ok := s.params.Values()[lk]; ok {
+		if cv, ok := vals[string(appendLower(lk[:0], k))]; ok { // the lookup copies nothing
 			v = cv
 		}
 		buf = wire.AppendParameterStatus(buf, k, v)
 	}
-	for k, v := range s.params.Values() {
-		if canon, ok := backend.ReportedNames[k]; ok && !seen[k] {
+	for k, v := range vals {
+		if canon, ok := backend.ReportedNames[k]; ok && !serverReports(srv, canon, k) {
 			buf = wire.AppendParameterStatus(buf, canon, v)
 		}
 	}
 	return buf
+}
+
+// appendLower appends k in lower case (ASCII, as backend.Lower) to b.
+func appendLower(b []byte, k string) []byte {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// serverReports reports whether srv has the parameter lower (spelled canon
+// by PostgreSQL, which is how a server reports it; any spelling counts).
+// A login asks it for each of the client's few reported parameters: no map
+// of the server's names is built for that.
+func serverReports(srv map[string]string, canon, lower string) bool {
+	if _, ok := srv[canon]; ok {
+		return true
+	}
+	for k := range srv {
+		if backend.Lower(k) == lower {
+			return true
+		}
+	}
+	return false
 }
 
 // insertBeforeReady puts messages into the client's output before the

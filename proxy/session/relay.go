@@ -175,6 +175,11 @@ func (s *Session) relayReply(f *reply, typ byte, body []byte) error {
 		if typ == 'C' {
 			s.onCommandComplete(f, &body)
 		}
+		if s.cout == nil {
+			// A session's first reply: room for a short result set at once,
+			// not four appends growing it (the buffer stays for the session).
+			s.cout = make([]byte, 0, 256)
+		}
 		s.cout = wire.AppendFrame(s.cout, typ, body)
 		return nil
 	case replySync:

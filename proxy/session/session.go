@@ -149,9 +149,15 @@ func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, d
 	if n := br.Buffered(); n > 0 {
 		early, _ = br.Peek(n)
 	}
+	remote := ""
+	if ec, ok := conn.(interface{ RemoteString() string }); ok {
+		remote = ec.RemoteString() // an event loop's connection: one allocation
+	} else {
+		remote = conn.RemoteAddr().String()
+	}
 	s := &Session{
 		srv: srv, conn: conn, r: wire.NewReader(conn, srv.Bufs, early), app: as, user: user, database: database,
-		remote: conn.RemoteAddr().String(), pos: position{txStatus: 'I'},
+		remote: remote, pos: position{txStatus: 'I'},
 	}
 	s.out.conn = conn
 	if _, isTLS := conn.(*tls.Conn); isTLS {
@@ -1312,5 +1318,9 @@ func (s *Session) cleanup() {
 	s.slot, s.wantSlot = nil, false
 	s.endHandlers()
 	s.out.end(nil, nil)
+	// The read buffer goes back to the pool (when nothing is left in it):
+	// a client that connects for one transaction would otherwise cost a
+	// buffer's allocation, and its garbage, per connection.
+	s.r.Release()
 	s.srv.Host.Ended(s)
 }

@@ -8,8 +8,10 @@
 // p50/p99 latency (pgbench -l logs), resident memory per idle client with
 // 2,000 and with 10,000 idle authenticated clients (each count on freshly
 // started poolers), lease_acquire+lease_release pairs per
-// second from 50 sessions, and a mixed run with 20 % of the sessions pinned
-// by advisory locks. It prints one table with the ratios lockpool/PgBouncer
+// second from 50 sessions, a mixed run with 20 % of the sessions pinned
+// by advisory locks, and the login storm (login.go: pgbench -C, a SCRAM
+// login per transaction, both poolers checking the same verifier; CPU per
+// login from the threads' schedstat run time). It prints one table with the ratios lockpool/PgBouncer
 // and lockpool/direct and writes everything as JSON.
 //
 // Run it with scripts/bench.sh (installs PgBouncer when missing), or:
@@ -59,6 +61,7 @@ type options struct {
 	splitClients     int // -latency-split
 	schedClients     int // -sched-latency
 	directMaxClients int
+	loginClients     int // -login-clients: the login-storm row's pgbench -C clients
 	pprofDir         string
 	keep             bool
 	lockpoolBy       string // path to a lockpool binary; "" builds one
@@ -79,6 +82,7 @@ type Report struct {
 	Mixed    *MixedResult   `json:"mixed_pinned,omitempty"`
 	Split    []*SplitResult `json:"latency_split,omitempty"`
 	Sched    []*SchedResult `json:"sched_latency,omitempty"`
+	Login    *LoginResult   `json:"login_storm,omitempty"`
 	Notes    []string       `json:"notes"`
 	Elapsed  float64        `json:"elapsed_seconds"`
 }
@@ -121,7 +125,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.out, "out", "", "write the JSON report here (default bench-results/<date>.json)")
 	flag.IntVar(&o.duration, "T", 7, "pgbench -T seconds per run")
 	flag.IntVar(&o.rounds, "rounds", 1, "runs of each pgbench row per target, the targets alternating (direct → lockpool → PgBouncer, then again); the row reports each figure's median")
-	flag.StringVar(&clients, "clients", "1,10,50,100,1000", "pgbench client counts")
+	flag.StringVar(&clients, "clients", "1,10,50,100,1000", "pgbench client counts (0 = no pgbench rows)")
 	flag.StringVar(&scripts, "scripts", "select,tpcb", "pgbench scripts: select (-S), tpcb (default script)")
 	flag.StringVar(&modes, "modes", "simple,extended,prepared", "pgbench -M modes")
 	flag.IntVar(&o.budget, "budget", 10, "server connections for each pooler (lockpool application max_connections, PgBouncer default_pool_size)")
@@ -131,6 +135,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&idle, "idle", "2000,10000", "idle authenticated clients for the memory test, one test per number, each on freshly started poolers (0 = skip)")
 	flag.IntVar(&o.leaseSess, "lease-sessions", 50, "sessions for the lease throughput test (0 = skip)")
 	flag.IntVar(&o.lockSess, "lock-sessions", 50, "sessions for the advisory lock throughput test under advisory_locks: hold (0 = skip)")
+	flag.IntVar(&o.loginClients, "login-clients", 50, "clients of the login-storm row: pgbench -C -S -M simple -j 2 (a SCRAM-SHA-256 login per transaction) against each pooler, -rounds times, alternating (0 = skip)")
 	flag.IntVar(&o.mixedSess, "mixed-sessions", 10, "sessions in the mixed run, 20 % of them pinned (0 = skip)")
 	flag.IntVar(&o.directMax, "pg-max-connections", 1100, "PostgreSQL max_connections (direct runs at 1000 clients need > 1000)")
 	flag.IntVar(&o.directMaxClients, "direct-max-clients", 1000, "skip direct PostgreSQL for rows with more clients (n/a)")
@@ -144,8 +149,10 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.lockpoolBy, "lockpool", "", "use this lockpool binary instead of building ./cmd/lockpool")
 	flag.Parse()
 	var err error
-	if o.clients, err = intList(clients); err != nil {
-		return nil, fmt.Errorf("-clients: %w", err)
+	if clients != "0" {
+		if o.clients, err = intList(clients); err != nil {
+			return nil, fmt.Errorf("-clients: %w", err)
+		}
 	}
 	if idle != "0" {
 		if o.idle, err = intList(idle); err != nil {
@@ -229,6 +236,9 @@ func run() int {
 		}
 	}
 	rep.Rows = runMatrix(o, env, rep)
+	if o.loginClients > 0 {
+		rep.Login = loginTest(o, env)
+	}
 	if o.mixedSess > 0 {
 		rep.Mixed = mixedTest(o, env)
 	}

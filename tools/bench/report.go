@@ -85,6 +85,9 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	tw.Flush()
+	if rep.Login != nil {
+		printLogin(w, rep.Login)
+	}
 	if len(rep.Split) > 0 {
 		fmt.Fprintf(w, "\nlatency split, µs (tcpdump on lo; pgbench -S simple, %d clients; in: client's Query to the server's copy, server: to its first reply bytes, out: to the client's):\n", rep.Split[0].Clients)
 		for _, x := range rep.Split {
@@ -131,7 +134,9 @@ func idleOf(rep *Report, target string, n int) *IdleResult {
 // most PgBouncer's + 0.2 at 50 clients, -M prepared at least 0.95 × lockpool's
 // own extended, at most 4 kB per idle client, unpinned sessions at least
 // 0.9 × their throughput without pins, and at least 1,000 advisory lock +
-// unlock pairs per second under hold with nothing pinned and no errors.
+// unlock pairs per second under hold with nothing pinned and no errors; in
+// the login storm, CPU per login at most PgBouncer's and a login rate at
+// least 0.95 × its (medians of the rounds' ratios).
 func printTargets(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "\ntargets:")
 	for _, r := range rep.Rows {
@@ -177,6 +182,10 @@ func printTargets(w io.Writer, rep *Report) {
 		} else if lp != nil && lp.Failed {
 			fmt.Fprintf(w, "  lp prepared ≥ 0.95 × extended: %s: lockpool fails: %s MISS\n", r.label(), lp.Error)
 		}
+	}
+	if x := rep.Login; x != nil && x.CPURatio > 0 {
+		fmt.Fprintf(w, "  login storm: cpu per login lp/pgb ≤ 1.0: %.2f %s; login rate lp/pgb ≥ 0.95: %.2f %s\n",
+			x.CPURatio, mark(x.CPURatio <= 1.0), x.RateRatio, mark(x.RateRatio >= 0.95))
 	}
 	if x := rep.Mixed; x != nil && x.Error == "" {
 		fmt.Fprintf(w, "  unpinned ≥ 0.9 × no-pins: %.3f %s\n", x.Ratio, mark(x.Ratio >= 0.9))

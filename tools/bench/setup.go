@@ -86,8 +86,11 @@ func (e *env) close() {
 }
 
 // lockpoolConfig is lockpool's configuration for the run: its client and
-// admin ports, PostgreSQL's port, and the budgets of o.
-func lockpoolConfig(o *options, port, adminPort, pgPort int) string {
+// admin ports, PostgreSQL's port, and the budgets of o. secret is the bench
+// role's SCRAM verifier as pg_authid holds it, the secret PgBouncer's
+// auth_file holds too, so both poolers check the same verifier (and log in
+// to PostgreSQL with the keys of a client's SCRAM proof).
+func lockpoolConfig(o *options, secret string, port, adminPort, pgPort int) string {
 	return fmt.Sprintf(`# written by tools/bench
 listen: 127.0.0.1:%d
 admin_listen: 127.0.0.1:%d
@@ -98,7 +101,7 @@ server:
   max_connections: %d       # application budget + lease connections + headroom
 users:
   - name: %s
-    password: %s
+    password: "%s"
 applications:
   - name: bench
     user: %s
@@ -118,7 +121,7 @@ applications:
 leases:
   max_connections: 2
 event_loops: %d
-`, port, adminPort, pgPort, o.budget+4, benchUser, benchPassword, benchUser, benchDB, o.budget, o.maxPinned, benchUser, o.budget, o.eventLoops)
+`, port, adminPort, pgPort, o.budget+4, benchUser, secret, benchUser, benchDB, o.budget, o.maxPinned, benchUser, o.budget, o.eventLoops)
 }
 
 func setup(o *options, work string, rep *Report) (*env, error) {
@@ -132,8 +135,15 @@ func setup(o *options, work string, rep *Report) (*env, error) {
 		Dir: work, Binary: o.lockpoolBy,
 		User: benchUser, Password: benchPassword, DB: benchDB,
 		PgbenchScale: o.scale, MaxConnections: o.directMax,
-		Config: func(port, adminPort, pgPort int) string { return lockpoolConfig(o, port, adminPort, pgPort) },
-		Logf:   logf,
+		Config: func(port, adminPort, pgPort int) string {
+			secret, err := roleSecret(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", pgPort))
+			if err != nil {
+				logf("reading the bench role's SCRAM verifier: %v", err)
+				secret = "unreadable" // lockpool then refuses every login: the run fails at once
+			}
+			return lockpoolConfig(o, secret, port, adminPort, pgPort)
+		},
+		Logf: logf,
 	})
 	if err != nil {
 		return e, err
@@ -189,13 +199,7 @@ func startPgBouncer(ctx context.Context, o *options, e *env, bin string) (*targe
 	// userlist.txt (what the PgBouncer docs suggest for auth_type
 	// scram-sha-256; PgBouncer then logs in to the server with the client's
 	// SCRAM keys).
-	conn, err := pgx.Connect(ctx, e.Cluster.SuperuserDSN("postgres"))
-	if err != nil {
-		return nil, "", err
-	}
-	var secret string
-	err = conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", benchUser).Scan(&secret)
-	conn.Close(ctx)
+	secret, err := roleSecret(ctx, e.Cluster.SuperuserDSN("postgres"))
 	if err != nil {
 		return nil, "", err
 	}
@@ -256,6 +260,19 @@ pidfile =
 		return nil, conf, err
 	}
 	return t, conf, nil
+}
+
+// roleSecret reads the bench role's secret (its SCRAM verifier) from
+// pg_authid as the superuser of dsn.
+func roleSecret(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var secret string
+	err = conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", benchUser).Scan(&secret)
+	return secret, err
 }
 
 // restart stops t's process and starts a fresh one (same binary,
