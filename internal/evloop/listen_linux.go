@@ -67,9 +67,6 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
 		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		if derr == nil {
-			forgetInNetpoller(int(fd))
-		}
 	}); err != nil {
 		return nil, err
 	}
@@ -102,6 +99,9 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 		lis.Close()
 		return nil, err
 	}
+	// Only now that the loops accept: had they failed to, the caller
+	// accepts on ln, which needs the netpoller.
+	_ = rc.Control(func(fd uintptr) { forgetInNetpoller(int(fd)) })
 	return lis, nil
 }
 
@@ -112,8 +112,8 @@ func Listen(ln net.Listener, loops []*Loop, accept func(l *Loop, c *Conn), errf 
 // netpoller, for nothing (one context switch and a scheduler round per
 // login). The runtime's epoll instance is found as the one whose
 // /proc/self/fdinfo lists fd; none found (no /proc, or a runtime that polls
-// otherwise) leaves everything as it was. Call it before the loops register
-// the socket (then the runtime's is the only epoll holding it). The Go
+// otherwise) leaves everything as it was. The loops' epolls hold the
+// socket under its duplicate's number, so only the runtime's lists fd. The Go
 // listener must not Accept afterwards: its waits would never be woken. Its
 // Close still works (the runtime's EPOLL_CTL_DEL then fails, unchecked).
 func forgetInNetpoller(fd int) {

@@ -4,7 +4,10 @@ package evloop
 
 import (
 	"bufio"
+	"fmt"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +130,57 @@ func TestListenNeedsTCP(t *testing.T) {
 	if _, err := Listen(ln, []*Loop{l}, func(*Loop, *Conn) {}, nil); err == nil {
 		t.Error("Listen took a Unix socket")
 	}
+}
+
+// TestListenLeavesNetpoller: once the loops accept on a socket, the Go
+// runtime's epoll no longer holds it (no wake-up of the netpoller per
+// connection): no epoll instance of the process lists the listener's own
+// descriptor, while one lists the duplicate the loops registered.
+func TestListenLeavesNetpoller(t *testing.T) {
+	loops := []*Loop{startLoop(t)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fd := -1
+	rc, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rc.Control(func(f uintptr) { fd = int(f) })
+	if !inSomeEpoll(t, fd) {
+		t.Skip("the runtime's netpoller is not an epoll this process lists")
+	}
+	lis, err := Listen(ln, loops, func(l *Loop, c *Conn) { _ = c.Close() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if inSomeEpoll(t, fd) {
+		t.Errorf("descriptor %d is still in an epoll after Listen", fd)
+	}
+	if !inSomeEpoll(t, lis.fd) {
+		t.Errorf("the loops' duplicate %d is in no epoll", lis.fd)
+	}
+}
+
+// inSomeEpoll reports whether an epoll instance of this process watches
+// descriptor fd (its /proc/self/fdinfo lists it as a target).
+func inSomeEpoll(t *testing.T, fd int) bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	want := fmt.Sprintf("tfd: %8d ", fd)
+	for _, e := range ents {
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		if info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name()); err == nil && strings.Contains(string(info), want) {
+			return true
+		}
+	}
+	return false
 }
