@@ -169,7 +169,7 @@ func (s *Server) loginConn(lc *loginCtx, at time.Time) (ss *session.Session, kep
 			s.serveConsole(conn, br, pkt)
 			return nil, false
 		}
-		nc.Unbind()
+		nc.UnbindShared() // a shutdown closes the console from another goroutine
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

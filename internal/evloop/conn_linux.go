@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,44 @@ type Conn struct {
 	queued bool
 	wbuf   []byte
 	werr   error
+
+	// shared is set by UnbindShared: the poll(2) reads and writes of one
+	// goroutine meet a Close from another through it.
+	shared *sharedIO
+}
+
+// sharedIO lets the reads and writes of an unbound connection (in poll(2))
+// and a Close from another goroutine meet safely: Close shuts the socket
+// down, which wakes a poll(2) waiting on it, and the descriptor is closed
+// by whichever ends last, so that its number cannot be reused by another
+// connection under a read, write or poll still running.
+type sharedIO struct {
+	mu      sync.Mutex
+	users   int  // reads and writes under way
+	closing bool // Close ran: the last user closes the descriptor
+}
+
+// enter counts a read or write; false when c is closed.
+func (sh *sharedIO) enter() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closing {
+		return false
+	}
+	sh.users++
+	return true
+}
+
+// leave ends a read or write, closing fd when Close ran meanwhile and
+// this was the last one.
+func (sh *sharedIO) leave(fd int) {
+	sh.mu.Lock()
+	sh.users--
+	last := sh.closing && sh.users == 0
+	sh.mu.Unlock()
+	if last {
+		_ = rawClose(fd)
+	}
 }
 
 // Wrap returns nc as a Conn a loop can adopt later.
@@ -97,6 +136,18 @@ func (c *Conn) Bind(co *Co) error {
 // them even unbound (a resting session's last reply); a connection that
 // may leave the loop (to the pool) is flushed first (Flush).
 func (c *Conn) Unbind() { c.owner = nil }
+
+// UnbindShared is Unbind for a connection that one goroutine goes on
+// reading and writing while another may Close it (an admin console,
+// ended by a shutdown): that Close wakes the reader, which gets an
+// error, and the descriptor is closed once neither uses it. c must be
+// adopted.
+func (c *Conn) UnbindShared() {
+	c.owner = nil
+	if c.shared == nil {
+		c.shared = &sharedIO{}
+	}
+}
 
 // Flush writes the bytes WriteDeferred holds now, in the bound coroutine
 // (waiting up to a second for a full socket, as Close does), and takes c
@@ -557,6 +608,12 @@ func rawWrite(fd int, p []byte) (int, error) {
 
 // pollRead reads an unbound adopted connection, waiting in poll(2).
 func (c *Conn) pollRead(p []byte) (int, error) {
+	if sh := c.shared; sh != nil {
+		if !sh.enter() {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		defer sh.leave(c.fd)
+	}
 	for {
 		n, err := unix.Read(c.fd, p)
 		switch {
@@ -577,6 +634,12 @@ func (c *Conn) pollRead(p []byte) (int, error) {
 
 // pollWrite writes an unbound adopted connection, waiting in poll(2).
 func (c *Conn) pollWrite(p []byte) (int, error) {
+	if sh := c.shared; sh != nil {
+		if !sh.enter() {
+			return 0, c.opError("write", net.ErrClosed)
+		}
+		defer sh.leave(c.fd)
+	}
 	done := 0
 	for done < len(p) {
 		n, err := unix.Write(c.fd, p[done:])
@@ -626,6 +689,20 @@ func pollWait(fd int, events int16, deadline time.Time) error {
 func (c *Conn) Close() error {
 	if c.inner != nil {
 		return c.inner.Close()
+	}
+	if sh := c.shared; sh != nil && c.owner == nil {
+		if c.closed.Swap(true) {
+			return errClosedTwice
+		}
+		sh.mu.Lock()
+		sh.closing = true
+		busy := sh.users > 0
+		sh.mu.Unlock()
+		if busy {
+			// Wakes the user's poll(2); it closes the descriptor.
+			return unix.Shutdown(c.fd, unix.SHUT_RDWR)
+		}
+		return rawClose(c.fd)
 	}
 	if co := c.owner; co != nil && len(c.wbuf) > 0 && c.werr == nil && !c.closed.Load() {
 		// Deferred replies are not dropped by a close right behind them.

@@ -78,6 +78,7 @@ func (c *Conn) RemoteString() string { return c.RemoteAddr().String() }
 // Bind, Unbind, Flush, DropDeferred, Adopted, WriteDeferred, WriteDeferredDraining and WriteDraining: see the Linux implementation.
 func (c *Conn) Bind(co *Co) error                   { return errUnsupported }
 func (c *Conn) Unbind()                             {}
+func (c *Conn) UnbindShared()                       {}
 func (c *Conn) DropDeferred()                       {}
 func (c *Conn) Flush() error                        { return nil }
 func (c *Conn) Adopted() bool                       { return false }

@@ -996,3 +996,62 @@ func TestDropDeferredSendsNothing(t *testing.T) {
 		t.Errorf("the other peer got %q, %v", got, err)
 	}
 }
+
+// TestUnbindSharedCloseWakesReader: a connection unbound with UnbindShared
+// is read on a goroutine of its own, waiting in poll(2) with no deadline;
+// a Close from another goroutine wakes that read, which fails, and a
+// second Close says so. Under -race, the two goroutines share nothing
+// unguarded.
+func TestUnbindSharedCloseWakesReader(t *testing.T) {
+	l := startLoop(t)
+	c, peer := pair(t)
+	<-run(l, func(co *Co) {
+		if err := c.Bind(co); err != nil {
+			t.Error(err)
+			return
+		}
+		c.UnbindShared()
+	})
+	if t.Failed() {
+		return
+	}
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	reading := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		if n, err := c.Read(b); n != 1 || err != nil {
+			readErr <- fmt.Errorf("first read: %d, %v", n, err)
+			return
+		}
+		close(reading)
+		_, err := c.Read(b) // waits: the peer sends nothing more
+		readErr <- err
+	}()
+	select {
+	case <-reading:
+	case err := <-readErr:
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Fatal("the read after Close returned no error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wake the reader")
+	}
+	if err := c.Close(); err == nil {
+		t.Error("a second Close returned no error")
+	}
+	// The peer sees the end of the connection.
+	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := peer.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Errorf("peer read after Close: %d, %v", n, err)
+	}
+}
