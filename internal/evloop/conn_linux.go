@@ -34,7 +34,7 @@ type Conn struct {
 	// Deferred writes (WriteDeferred): bytes the loop writes at the end of
 	// its turn (queued: the loop has the Conn on its list); werr is the
 	// error such a write met, for the next Write. queued sits beside closed,
-	// so the Conn fits a 208-byte allocation.
+	// so the Conn fits a 224-byte allocation.
 	queued bool
 	wbuf   []byte
 	werr   error
