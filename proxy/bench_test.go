@@ -174,6 +174,12 @@ func benchProxy(tb testing.TB, budget int) string {
 // fakeProxy starts a lockpool Server (trust auth, leases off, user and
 // application bench) whose pool dials with dial, and returns its address.
 func fakeProxy(tb testing.TB, port, budget int, dial func(context.Context, pool.AppConfig, string) (*pool.Conn, error)) string {
+	_, addr := fakeServer(tb, port, budget, dial)
+	return addr
+}
+
+// fakeServer is fakeProxy, returning the Server too.
+func fakeServer(tb testing.TB, port, budget int, dial func(context.Context, pool.AppConfig, string) (*pool.Conn, error)) (*Server, string) {
 	yaml := fmt.Sprintf(`listen: 127.0.0.1:0
 admin_listen: ""
 auth_method: trust
@@ -218,7 +224,7 @@ applications:
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 // rawClient is a logged-in client socket driven with pre-encoded messages.

@@ -49,6 +49,11 @@ const startupReadBuf = 512
 type loginCtx struct {
 	co   *evloop.Co
 	sock *evloop.Conn
+	// loop is where the session will run (co's loop, or the one a
+	// goroutine's login hands it to): the session is on it from its
+	// registration, so a kill during the rest of the login goes through
+	// the loop and never closes the socket under the login's writes.
+	loop *evloop.Loop
 	// final is the SASL final message of a SCRAM exchange, sent with what
 	// follows it (AuthenticationOk and the startup answer, or the error)
 	// in one write.
@@ -88,8 +93,9 @@ func (s *Server) handleConn(nc net.Conn) {
 	}
 	// Wrapped below TLS: the session's loop adopts the socket after login.
 	sock := evloop.Wrap(nc)
+	l := s.pickLoop()
 	s.gate.enter()
-	ss, kept := s.loginConn(&loginCtx{sock: sock}, time.Now())
+	ss, kept := s.loginConn(&loginCtx{sock: sock, loop: l}, time.Now())
 	s.gate.leave()
 	if ss == nil {
 		if !kept {
@@ -100,7 +106,6 @@ func (s *Server) handleConn(nc net.Conn) {
 	// The session runs as a coroutine of an event loop, on a fresh stack
 	// (login, SCRAM and TLS grew this goroutine's).
 	s.wg.Add(1)
-	l := s.pickLoop()
 	l.Post(func() {
 		l.Go(func(co *evloop.Co) {
 			ss.Run(co, sock, func() {
@@ -120,7 +125,7 @@ func (s *Server) serveLogin(co *evloop.Co, sock *evloop.Conn, at time.Time) {
 	if err := sock.Bind(co); err != nil {
 		s.log.Debug("client socket not taken by the event loop", "client", sock.RemoteAddr().String(), "err", err)
 	} else {
-		ss, kept = s.loginConn(&loginCtx{co: co, sock: sock}, at)
+		ss, kept = s.loginConn(&loginCtx{co: co, sock: sock, loop: co.Loop()}, at)
 	}
 	s.gate.done()
 	if ss == nil {
@@ -591,6 +596,7 @@ func (s *Server) login(lc *loginCtx, conn net.Conn, br *bufio.Reader, pkt *start
 	if optErr != nil {
 		return nil, optErr
 	}
+	ss.SetLoop(lc.loop)
 	if !s.register(ss) {
 		return nil, pgerr.Shutdown()
 	}

@@ -169,9 +169,19 @@ func New(srv *Shared, conn net.Conn, br *bufio.Reader, as *appstate.App, user, d
 	return s
 }
 
-// run is the session's first coroutine: it binds the client's socket to co
+// SetLoop names the loop the session will run on, before it is
+// registered where other goroutines find it: from then on a kill reaches
+// it only through l (interrupt), never by closing the client's socket
+// under its login, which goes on writing to it until Run.
+func (s *Session) SetLoop(l *evloop.Loop) {
+	s.link.mu.Lock()
+	s.link.loop = l
+	s.link.mu.Unlock()
+}
+
+// Run is the session's first coroutine: it binds the client's socket to co
 // (the loop adopts it) and serves the client; done runs when the session
-// has ended and cleaned up.
+// has ended and cleaned up. co must be on the loop SetLoop named, if any.
 func (s *Session) Run(co *evloop.Co, sock *evloop.Conn, done func()) {
 	s.done = done
 	s.wakeFn = s.wake // made once: a method value allocates
@@ -219,6 +229,10 @@ func (s *Session) wake(co *evloop.Co) {
 func (s *Session) interrupt(pe *pgError) {
 	switch {
 	case s.life == lifeEnded:
+	case s.life == lifeNew:
+		// Still logging in (or its Run is on its way): its turn starts
+		// with the FATAL.
+		s.killed = pe
 	case s.life == lifeResting:
 		s.killed = pe
 		if s.loop.StopOnReadable(s.sock) {
@@ -1212,7 +1226,8 @@ func (s *Session) Drain() {
 
 // kill ends the session with a FATAL error (from another goroutine): its
 // loop interrupts it (interrupt), and the session writes the FATAL last and
-// cleans up. Before the session reached its loop, the FATAL is written here.
+// cleans up. A session given no loop yet (neither SetLoop nor Run) has its
+// FATAL written here.
 func (s *Session) kill(pe *pgError) {
 	s.link.mu.Lock()
 	l := s.link.loop

@@ -20,7 +20,7 @@ import "fmt"
 type lifeState uint8
 
 const (
-	lifeNew     lifeState = iota // logged in, not on a loop yet
+	lifeNew     lifeState = iota // logging in, or logged in and not running yet (a kill is kept for Run)
 	lifeRunning                  // a coroutine serves it (Session.co)
 	lifeResting                  // idle with no coroutine: its loop resumes it when the client speaks
 	lifeEnded                    // cleaned up: nothing runs it again

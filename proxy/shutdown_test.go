@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// loginOutcome is what one client saw of its connection during a shutdown.
+type loginOutcome struct {
+	readyForQuery bool   // its login ended (ReadyForQuery)
+	lastError     string // the SQLSTATE of the last ErrorResponse ("" none)
+	afterError    bool   // a message came after that ErrorResponse
+	err           error  // how the reading ended, when not at EOF
+}
+
+// loginAndRead sends a startup packet for user and database bench on a new
+// connection to addr and reads until the server closes it (or, with
+// untilReady, until its ReadyForQuery).
+func loginAndRead(addr string, untilReady bool) (out loginOutcome, dialed bool) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return out, false // the listener is closed
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	pkt := binary.BigEndian.AppendUint32(nil, 0)
+	pkt = binary.BigEndian.AppendUint32(pkt, protocol30)
+	for _, s := range []string{"user", "bench", "database", "bench", ""} {
+		pkt = append(append(pkt, s...), 0)
+	}
+	binary.BigEndian.PutUint32(pkt, uint32(len(pkt)))
+	if _, err := c.Write(pkt); err != nil {
+		if !isConnReset(err) && !errors.Is(err, syscall.EPIPE) {
+			out.err = err // else: closed at once, as the server stopped accepting
+		}
+		return out, true
+	}
+	r := bufio.NewReader(c)
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if !errors.Is(err, io.EOF) && !isConnReset(err) {
+				out.err = err
+			}
+			return out, true
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			out.err = err
+			return out, true
+		}
+		if out.lastError != "" {
+			out.afterError = true
+		}
+		switch hdr[0] {
+		case 'Z':
+			out.readyForQuery = true
+			if untilReady {
+				return out, true
+			}
+		case 'E':
+			for _, f := range strings.Split(string(body), "\x00") {
+				if strings.HasPrefix(f, "C") {
+					out.lastError = f[1:]
+				}
+			}
+		}
+	}
+}
+
+func isConnReset(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "connection reset")
+}
+
+// TestShutdownDuringLogins shuts a server down while clients keep logging
+// in and leaving, so that sessions are drained at every step of their
+// login, between their registration and their first turn on the loop among
+// them (the kill must reach them through their loop, not close the socket
+// under the login's writes: -race checks that). Every client either logs
+// in, or ends with the shutdown's FATAL 57P01 as its last message, or is
+// closed without a word as the server stops accepting; no reading hangs.
+func TestShutdownDuringLogins(t *testing.T) {
+	const rounds, clients = 40, 32
+	refusedAtShutdown := 0
+	for round := 0; round < rounds; round++ {
+		f := startFakePG(t)
+		srv, addr := fakeServer(t, f.ln.Addr().(*net.TCPAddr).Port, 4, f.dial)
+		// One login first: the server parameters are cached, so later
+		// logins need no server connection.
+		if out, _ := loginAndRead(addr, true); !out.readyForQuery {
+			t.Fatalf("first login: %+v", out)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var outcomes []loginOutcome
+		started := make(chan struct{}, clients)
+		for i := 0; i < clients; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					if n == 1 {
+						started <- struct{}{}
+					}
+					out, dialed := loginAndRead(addr, true)
+					if !dialed {
+						return // the listener is closed
+					}
+					mu.Lock()
+					outcomes = append(outcomes, out)
+					mu.Unlock()
+				}
+			}()
+		}
+		for i := 0; i < clients; i++ {
+			<-started // every client logged in once: the storm is on
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		cancel()
+		wg.Wait()
+		served, shutdownFatal, silent := 0, 0, 0
+		for _, out := range outcomes {
+			switch {
+			case out.err != nil:
+				t.Errorf("a client's reading ended with %v (%+v)", out.err, out)
+			case out.afterError:
+				t.Errorf("a message after the ErrorResponse: %+v", out)
+			case out.readyForQuery && out.lastError == "":
+				served++
+			case out.lastError == "57P01":
+				shutdownFatal++
+			case out.lastError == "" && !out.readyForQuery:
+				silent++ // accepted as the server stopped: closed without a word
+			default:
+				t.Errorf("a client's login ended with neither ReadyForQuery nor the shutdown's FATAL: %+v", out)
+			}
+		}
+		refusedAtShutdown += shutdownFatal
+		t.Logf("round %d: %d logins, %d refused with 57P01, %d closed silently", round, served, shutdownFatal, silent)
+	}
+	if refusedAtShutdown == 0 {
+		t.Errorf("in %d rounds no login was under way at the shutdown: the test did not test it", rounds)
+	}
+}
