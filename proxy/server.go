@@ -507,8 +507,12 @@ func (s *Server) startLoops() error {
 	return nil
 }
 
-// pickLoop returns the loop for a new session (round robin).
+// pickLoop returns the loop for a new session (round robin), or nil before
+// the loops start (a test that logs a connection in without Serve).
 func (s *Server) pickLoop() *evloop.Loop {
+	if len(s.loops) == 0 {
+		return nil
+	}
 	return s.loops[int(s.nextLoop.Add(1))%len(s.loops)]
 }
 
