@@ -615,6 +615,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.pool.Close()
 	s.stopCluster()
 	s.hosts.Close()
+	// Serve takes its listener off the loops (evloop.Listener.Close runs
+	// on each of them) before they stop.
+	s.acceptors.Wait()
 	s.mu.Lock()
 	loops := s.loops
 	s.mu.Unlock()
