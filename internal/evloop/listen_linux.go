@@ -258,14 +258,24 @@ func (lis *Listener) pause(l *Loop, err error) {
 	})
 }
 
+// deferAccept is the listening socket's TCP_DEFER_ACCEPT, in seconds: the
+// kernel hands over a connection only once its first bytes (for
+// PostgreSQL, the client's startup packet or SSL request) have arrived, so
+// an accept is followed by a read that finds them, not by a wait for them.
+// A connection that sends nothing within about this time is dropped by the
+// kernel without reaching the listener (PgBouncer's tcp_defer_accept does
+// the same, for as long).
+const deferAccept = 45
+
 // setSocketOptions sets, on a listening socket, what Go's net package sets
 // on each connection its TCP listeners accept: no Nagle delay, keepalive
-// probes (keepAlive). Errors are ignored, as Go does.
+// probes (keepAlive); and deferAccept. Errors are ignored, as Go does.
 func setSocketOptions(fd int) {
 	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	setIntOpt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
 	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAlive)
 	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAlive)
+	setIntOpt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAccept)
 }
 
 // setIntOpt is setsockopt of an int as a raw system call (it cannot block).

@@ -102,6 +102,7 @@ func TestListenAcceptsOnLoops(t *testing.T) {
 		t.Fatal(err) // the kernel completes the handshake into the backlog
 	}
 	defer c.Close()
+	_, _ = c.Write([]byte("x")) // the socket defers accepts until data comes
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	after := byLoop[loops[0]] + byLoop[loops[1]]
@@ -118,6 +119,57 @@ func TestListenAcceptsOnLoops(t *testing.T) {
 		t.Fatalf("the listener after Close: %v", err)
 	}
 	a.Close()
+}
+
+// TestListenDefersAccept: a connection is handed over only once it sent
+// something; one that sends nothing stays with the kernel.
+func TestListenDefersAccept(t *testing.T) {
+	loops := []*Loop{startLoop(t)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan string, 2)
+	lis, err := Listen(ln, loops, func(l *Loop, c *Conn) {
+		accepted <- c.RemoteAddr().String()
+		_ = c.Close()
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if v, err := unix.GetsockoptInt(lis.fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT); err != nil || v == 0 {
+		t.Fatalf("TCP_DEFER_ACCEPT on the listening socket: %d, %v", v, err)
+	}
+	silent, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	speaking, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer speaking.Close()
+	if _, err := speaking.Write([]byte{0, 0, 0, 8}); err != nil {
+		t.Fatal(err)
+	}
+	// The speaking client connected after the silent one: once it is
+	// accepted, the silent one would have been too, had it been ready.
+	select {
+	case got := <-accepted:
+		if got != speaking.LocalAddr().String() {
+			t.Fatalf("accepted %s, the silent client (%s) before the one that spoke (%s)", got, silent.LocalAddr(), speaking.LocalAddr())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client that spoke was not accepted")
+	}
+	select {
+	case got := <-accepted:
+		t.Fatalf("accepted %s as well, a client that sent nothing", got)
+	default:
+	}
 }
 
 func TestListenNeedsTCP(t *testing.T) {
