@@ -57,6 +57,8 @@ type LoginRun struct {
 	// ConnectMs is pgbench's average connection time.
 	ConnectMs float64 `json:"average_connection_ms"`
 	P99ms     float64 `json:"p99_ms"` // transaction latency, login included
+	// Profile is the lockpool CPU profile of the run (-pprof).
+	Profile string `json:"pprof,omitempty"`
 }
 
 var (
@@ -140,11 +142,19 @@ func loginRun(o *options, e *env, t *target, round int) *LoginRun {
 	pid := t.Proc.PID()
 	u0, s0, _ := testenv.ProcCPUTimes(pid)
 	n0, nerr := taskNanos(pid)
+	var prof chan string
+	if t.Name == "lockpool" && o.pprofDir != "" {
+		prof = make(chan string, 1)
+		go func() { prof <- fetchLoginProfile(o, t, round) }()
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	wall := time.Since(start).Seconds()
 	u1, s1, _ := testenv.ProcCPUTimes(pid)
 	n1, nerr1 := taskNanos(pid)
+	if prof != nil {
+		r.Profile = <-prof
+	}
 	text := string(out)
 	if m := reTxns.FindStringSubmatch(text); m != nil {
 		r.Logins, _ = strconv.ParseInt(m[1], 10, 64)
@@ -229,4 +239,13 @@ func printLogin(w interface{ Write([]byte) (int, error) }, x *LoginResult) {
 	if x.CPURatio > 0 {
 		fmt.Fprintf(w, "  lockpool/PgBouncer, median of the rounds' ratios: cpu per login %.2f, login rate %.2f\n", x.CPURatio, x.RateRatio)
 	}
+}
+
+// fetchLoginProfile takes a CPU profile from lockpool's admin listener over
+// a login-storm run (its first and last half second left out).
+func fetchLoginProfile(o *options, t *target, round int) string {
+	_ = os.MkdirAll(o.pprofDir, 0o755)
+	name := filepath.Join(o.pprofDir, fmt.Sprintf("lockpool-login-c%d-round%d.pprof", o.loginClients, round))
+	time.Sleep(500 * time.Millisecond) // pgbench's start
+	return saveProfile(t, max(1, o.duration-1), name)
 }

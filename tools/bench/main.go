@@ -142,7 +142,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.splitClients, "latency-split", 10, "clients of one pgbench -S simple run per pooler under tcpdump (when installed) that splits each transaction's latency into the pooler's way in, the server and the pooler's way out (0 = skip)")
 	flag.IntVar(&o.schedClients, "sched-latency", 10, "clients of one pgbench -S simple run per pooler under perf sched (when perf is installed) that gives each task's wait from wake-up to running: the pooler's threads, PostgreSQL's, pgbench's (0 = skip)")
 	flag.BoolVar(&o.noPgb, "no-pgbouncer", false, "skip PgBouncer even when installed")
-	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench run into this directory")
+	flag.StringVar(&o.pprofDir, "pprof", "", "save a lockpool CPU profile of every lockpool pgbench and login-storm run into this directory")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configs, logs, pgbench logs)")
 	flag.StringVar(&o.reprint, "report", "", "print the report of this JSON file (an earlier run's -out) and exit: nothing is run")
 	flag.StringVar(&o.charts, "charts", "", "also write SVG charts of the report (tps.svg, cpu.svg, latency.svg, each only when the report has its figure) into this directory: with -report, of that file's report; otherwise at the end of the run")

@@ -426,6 +426,12 @@ func fetchProfile(o *options, t *target, row *Row, round int) string {
 	// Skip the login phase (the extra seconds large rows get) so the
 	// profile shows transactions, not SCRAM.
 	time.Sleep(time.Duration(runSeconds(o, t, row.Clients)-o.duration)*time.Second + 700*time.Millisecond)
+	return saveProfile(t, secs, name)
+}
+
+// saveProfile writes a CPU profile of secs seconds from t's admin listener
+// to name and returns name (or the error).
+func saveProfile(t *target, secs int, name string) string {
 	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.AdminURL, secs))
 	if err != nil {
 		return "error: " + err.Error()
