@@ -51,9 +51,12 @@
 //     saw, to a callback on its goroutine, which starts a coroutine for it.
 //     The socket options Go's net package sets on each connection (no
 //     Nagle delay, keepalive) are set once on the listening socket: Linux
-//     copies them to every socket it accepts. Out of descriptors, a loop
-//     stops accepting for a moment, longer each time. Close takes the
-//     socket out of every loop before it returns.
+//     copies them to every socket it accepts. The socket defers accepts
+//     until a connection's first bytes arrive (TCP_DEFER_ACCEPT), so a
+//     login's first read finds its startup packet. Out of descriptors, a
+//     loop stops accepting for a moment, longer each time. Close takes the
+//     socket out of every loop before it returns; the loops must still
+//     run.
 //   - Conn: a net.Conn that starts as an ordinary Go connection (login, TLS
 //     handshake, dial) and is adopted by a loop: its descriptor is taken out
 //     of Go's netpoller and put in the loop's epoll. TLS and buffered
