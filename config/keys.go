@@ -106,7 +106,7 @@ var keys = []key{
 		meaning: "a Unix socket path (mode 0600) on which a running lockpool hands its listening sockets to a new lockpool started with the same `listen` and `admin_listen`, for restarts that refuse no connection (see [restarts](restarts.md)); `\"\"` turns it off",
 		at:      func(c any) any { return &c.(*Config).HandoverSocket }},
 	{path: "client_login_timeout", kind: kindDuration, def: "15s", check: positive,
-		meaning: "startup and authentication must finish within this, counted from the accept: a connection still waiting for a place in the login pipeline when it passes gets 53300, a login under way 57014 (see [performance](performance.md#logins))",
+		meaning: "startup and authentication must finish within this, counted from the accept: a connection still waiting for a place in the login pipeline when it passes gets 53300, a login under way 57014 (see [performance](performance.md#logins)). On Linux a TCP connection is accepted only once its first bytes arrive (`TCP_DEFER_ACCEPT`, as PgBouncer's `tcp_defer_accept`): one that sends nothing is dropped by the kernel after about a minute without reaching lockpool",
 		at:      func(c any) any { return &c.(*Config).ClientLoginTimeout }},
 	{path: "idle_transaction_timeout", kind: kindDuration, def: "0s", check: nonNegative,
 		meaning: "a client idle inside a transaction longer than this is closed (25P03); `0` turns it off",
