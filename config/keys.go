@@ -188,7 +188,7 @@ var keys = []key{
 		meaning: "several PostgreSQL hosts, a YAML list of `host:port` (a primary and its standbys, in any order); lockpool checks each one's role and follows the primary (see [failover](failover.md)); instead of `host` and `port`",
 		at:      func(s any) any { return &s.(*Server).HostList }},
 	{path: "server.health_check_interval", restart: true, kind: kindDuration, def: "1s", check: positive,
-		meaning: "how often each host's role (`pg_is_in_recovery()`) and replay lag are checked, on a connection of lockpool's own",
+		meaning: "how often each host's role (`pg_is_in_recovery()`) and replay lag are checked, on a connection of lockpool's own; every 50 ms while a client waits for a host (no primary, or no standby within `max_lag`)",
 		at:      func(s any) any { return &s.(*Server).HealthCheckInterval }},
 	{path: "server.tcp_user_timeout", restart: true, kind: kindDuration, def: "15s", check: nonNegative,
 		meaning: "a server connection whose sent data (or keepalive probes) stay unacknowledged this long is closed, so a host that stops answering without a reset (a network partition) is given up within it; `0` keeps the OS default",

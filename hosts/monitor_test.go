@@ -400,3 +400,47 @@ func TestSilentHostDownAfterTimeout(t *testing.T) {
 		t.Errorf("down %v after the host stopped answering, want within the timeout %v and a check interval", took.Round(time.Millisecond), timeout)
 	}
 }
+
+// TestRouteWaitChecksSooner: a client waiting for a primary has the hosts
+// checked every kickGap, not every Interval, so a host that becomes the
+// primary serves it at once (here the interval is an hour: only the
+// waiting client's checks can find it).
+func TestRouteWaitChecksSooner(t *testing.T) {
+	c := pgtest.Require(t)
+	var up atomic.Bool
+	firstDown := make(chan struct{})
+	var once sync.Once
+	m, err := New(Options{
+		Hosts:    []config.HostAddr{addrOf(c)},
+		Interval: time.Hour,
+		Timeout:  time.Second,
+		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
+			if !up.Load() {
+				once.Do(func() { close(firstDown) })
+				return nil, context.DeadlineExceeded // a timeout: no retry on a fresh connection
+			}
+			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
+			if err != nil {
+				return nil, err
+			}
+			pc.Host, pc.Port = a.Host, uint16(a.Port)
+			return pgconn.ConnectConfig(ctx, pc)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	defer m.Close()
+	<-firstDown // the start's check found no host; the next one is an hour away
+	up.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ep, err := m.Route(ctx, Target{Kind: config.TargetPrimary})
+	if err != nil {
+		t.Fatalf("Route(primary): %v; want the host that came up, found by the waiting client's checks", err)
+	}
+	if ep.Addr() != addrOf(c) {
+		t.Fatalf("Route(primary) = %v, want %v", ep.Addr(), addrOf(c))
+	}
+}

@@ -89,7 +89,16 @@ func (m *Monitor) standbyFits(t Target) bool {
 // connections (any: the primary counts as one of them; prefer-standby: the
 // primary only when no standby qualifies). With no host to go to it waits,
 // until ctx ends, for one; then it returns a 53300 error that says why.
+// While it waits the hosts are checked every kickGap, not every Interval:
+// a promotion (or a standby catching up) serves the waiting clients as
+// soon as a check can see it.
 func (m *Monitor) Route(ctx context.Context, t Target) (Endpoint, error) {
+	var recheck *time.Timer
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+	}()
 	for {
 		m.mu.Lock()
 		if m.closed {
@@ -102,8 +111,15 @@ func (m *Monitor) Route(ctx context.Context, t Target) (Endpoint, error) {
 		if ok {
 			return ep, nil
 		}
+		m.CheckNow()
+		if recheck == nil {
+			recheck = time.NewTimer(kickGap)
+		} else {
+			recheck.Reset(kickGap)
+		}
 		select {
 		case <-wait:
+		case <-recheck.C:
 		case <-ctx.Done():
 			return Endpoint{}, m.noHost(t)
 		}
