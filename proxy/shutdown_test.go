@@ -177,3 +177,45 @@ func TestShutdownDuringLogins(t *testing.T) {
 	}
 	t.Logf("%d logins under way at a shutdown were refused with 57P01", refusedAtShutdown)
 }
+
+// TestShutdownEndsLoginsInProgress: a client in the middle of its startup
+// packet when the server shuts down gets the shutdown's FATAL 57P01 at
+// once, rather than holding the shutdown until client_login_timeout and
+// being closed without a word.
+func TestShutdownEndsLoginsInProgress(t *testing.T) {
+	f := startFakePG(t)
+	srv, addr := fakeServer(t, f.ln.Addr().(*net.TCPAddr).Port, 4, f.dial)
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte{0, 0, 0, 40}); err != nil { // a length word, then nothing
+		t.Fatal(err)
+	}
+	// Its login runs once a loop accepted it (no signal of that: poll).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		srv.mu.Lock()
+		n := len(srv.loggingIn)
+		srv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection's login did not start")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading the client: %v (got %q)", err, b)
+	}
+	if len(b) == 0 || b[0] != 'E' || !strings.Contains(string(b), "C57P01\x00") {
+		t.Fatalf("the client got %q, want the shutdown's ErrorResponse 57P01", b)
+	}
+}
