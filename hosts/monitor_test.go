@@ -32,14 +32,7 @@ func startMonitor(t *testing.T, addrs ...config.HostAddr) (*Monitor, chan Change
 		Hosts:    addrs,
 		Interval: 50 * time.Millisecond,
 		Timeout:  time.Second,
-		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
-			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
-			if err != nil {
-				return nil, err
-			}
-			pc.Host, pc.Port = a.Host, uint16(a.Port)
-			return pgconn.ConnectConfig(ctx, pc)
-		},
+		Connect:  connectPostgres,
 		OnChange: func(ch Change) { changes <- ch },
 	})
 	if err != nil {
@@ -48,6 +41,17 @@ func startMonitor(t *testing.T, addrs ...config.HostAddr) (*Monitor, chan Change
 	m.Start()
 	t.Cleanup(m.Close)
 	return m, changes
+}
+
+// connectPostgres is the monitor's Connect in these tests: the test
+// cluster's superuser, no TLS.
+func connectPostgres(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
+	pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
+	if err != nil {
+		return nil, err
+	}
+	pc.Host, pc.Port = a.Host, uint16(a.Port)
+	return pgconn.ConnectConfig(ctx, pc)
 }
 
 func addrOf(c *pgtest.Cluster) config.HostAddr { return config.HostAddr{Host: c.Host, Port: c.Port} }
@@ -367,14 +371,7 @@ func TestSilentHostDownAfterTimeout(t *testing.T) {
 		Hosts:    []config.HostAddr{f.addr()},
 		Interval: 50 * time.Millisecond,
 		Timeout:  timeout,
-		Connect: func(ctx context.Context, a config.HostAddr) (*pgconn.PgConn, error) {
-			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
-			if err != nil {
-				return nil, err
-			}
-			pc.Host, pc.Port = a.Host, uint16(a.Port)
-			return pgconn.ConnectConfig(ctx, pc)
-		},
+		Connect:  connectPostgres,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -419,12 +416,7 @@ func TestRouteWaitChecksSooner(t *testing.T) {
 				once.Do(func() { close(firstDown) })
 				return nil, context.DeadlineExceeded // a timeout: no retry on a fresh connection
 			}
-			pc, err := pgconn.ParseConfig("sslmode=disable user=postgres dbname=postgres")
-			if err != nil {
-				return nil, err
-			}
-			pc.Host, pc.Port = a.Host, uint16(a.Port)
-			return pgconn.ConnectConfig(ctx, pc)
+			return connectPostgres(ctx, a)
 		},
 	})
 	if err != nil {
