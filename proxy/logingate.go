@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockpool/lockpool/internal/evloop"
 	"github.com/lockpool/lockpool/internal/pgerr"
 )
 
@@ -271,5 +272,68 @@ func (g *loginGate) close(err *pgerr.Error) {
 	g.mu.Unlock()
 	for _, p := range waiting {
 		g.refuse(p, "shutdown", err)
+	}
+}
+
+// loginSet holds the coroutines running a login on an event loop
+// (serveLogin, between add and remove), so that a shutdown can end their
+// logins (end) instead of waiting for each until client_login_timeout.
+// add and remove run on the coroutine's loop; end on any goroutine.
+type loginSet struct {
+	mu    sync.Mutex
+	cos   map[*evloop.Co]struct{}
+	ended *pgerr.Error // set by end: a login added later ends at once
+}
+
+// add records that co runs a login. After end, co's next wait for its
+// client returns end's error.
+func (ls *loginSet) add(co *evloop.Co) {
+	ls.mu.Lock()
+	if ls.cos == nil {
+		ls.cos = make(map[*evloop.Co]struct{})
+	}
+	ls.cos[co] = struct{}{}
+	ended := ls.ended
+	ls.mu.Unlock()
+	if ended != nil {
+		co.Interrupt(ended) // on co itself: its next wait returns it
+	}
+}
+
+// remove records that co's login ended.
+func (ls *loginSet) remove(co *evloop.Co) {
+	ls.mu.Lock()
+	delete(ls.cos, co)
+	ls.mu.Unlock()
+}
+
+// running reports how many logins run.
+func (ls *loginSet) running() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return len(ls.cos)
+}
+
+// end makes each running login's next wait for its client (and every
+// later login's) return pe, which the client gets as its FATAL. The
+// interrupt runs on the login's loop, and only if that coroutine is still
+// logging in (not yet serving its session).
+func (ls *loginSet) end(pe *pgerr.Error) {
+	ls.mu.Lock()
+	ls.ended = pe
+	cos := make([]*evloop.Co, 0, len(ls.cos))
+	for co := range ls.cos {
+		cos = append(cos, co)
+	}
+	ls.mu.Unlock()
+	for _, co := range cos {
+		co.Loop().Post(func() {
+			ls.mu.Lock()
+			_, still := ls.cos[co]
+			ls.mu.Unlock()
+			if still {
+				co.Interrupt(pe)
+			}
+		})
 	}
 }

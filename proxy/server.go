@@ -95,14 +95,12 @@ type Server struct {
 	// has its own lock.
 	seen session.SeenPIDs
 
-	mu       sync.Mutex
-	ln       net.Listener
-	sessions map[uint32]*session.Session // by lockpool's own backend pid
-	// loggingIn holds the coroutines running a login on an event loop
-	// (serveLogin), so that Shutdown can end their logins (endLogins).
-	loggingIn   map[*evloop.Co]struct{}
-	stmts       backend.StmtCatalog // server statements known across sessions
-	bufs        *wire.BufferPool    // client read buffers, lent while data flows
+	mu          sync.Mutex
+	ln          net.Listener
+	sessions    map[uint32]*session.Session // by lockpool's own backend pid
+	logins      loginSet                    // the logins running on the event loops (Shutdown ends them)
+	stmts       backend.StmtCatalog         // server statements known across sessions
+	bufs        *wire.BufferPool            // client read buffers, lent while data flows
 	clientCount atomic.Int64
 	passKeys    map[string]pool.SCRAMKeys // SCRAM pass-through material by user
 	nextPID     uint32                    // session counter (keyPID)
@@ -147,7 +145,6 @@ func New(opts Options) (*Server, error) {
 		log:        logger,
 		leases:     opts.Leases,
 		sessions:   make(map[uint32]*session.Session),
-		loggingIn:  make(map[*evloop.Co]struct{}),
 		bufs:       wire.NewBufferPool(clientBufSize),
 		done:       make(chan struct{}),
 		stopAccept: make(chan struct{}),
@@ -464,50 +461,6 @@ func (s *Server) accepted(l *evloop.Loop, c *evloop.Conn) {
 	}
 }
 
-// startLogin records that co runs a login (on co's loop). A login that
-// starts after Shutdown began (it was queued, or accepted just before) is
-// ended at its next wait for the client, as endLogins ends the others.
-func (s *Server) startLogin(co *evloop.Co) {
-	s.mu.Lock()
-	s.loggingIn[co] = struct{}{}
-	end := s.draining && !s.handedOff.Load()
-	s.mu.Unlock()
-	if end {
-		co.Interrupt(pgerr.Shutdown())
-	}
-}
-
-// endLogin records that co's login ended (on co's loop).
-func (s *Server) endLogin(co *evloop.Co) {
-	s.mu.Lock()
-	delete(s.loggingIn, co)
-	s.mu.Unlock()
-}
-
-// endLogins ends the logins on the event loops (Shutdown): each one's
-// wait for its client returns 57P01, which the client gets as its FATAL,
-// instead of the login holding the shutdown until client_login_timeout.
-// The interrupt runs on the login's loop, and only if that coroutine is
-// still logging in (not yet its session).
-func (s *Server) endLogins() {
-	s.mu.Lock()
-	cos := make([]*evloop.Co, 0, len(s.loggingIn))
-	for co := range s.loggingIn {
-		cos = append(cos, co)
-	}
-	s.mu.Unlock()
-	for _, co := range cos {
-		co.Loop().Post(func() {
-			s.mu.Lock()
-			_, still := s.loggingIn[co]
-			s.mu.Unlock()
-			if still {
-				co.Interrupt(pgerr.Shutdown())
-			}
-		})
-	}
-}
-
 // stopAcceptingLocked makes Serve stop accepting (s.mu held).
 func (s *Server) stopAcceptingLocked() {
 	select {
@@ -634,7 +587,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.gate.close(pgerr.Shutdown()) // connections waiting to log in: 57P01 now
 	if !handedOff {
-		s.endLogins() // after a Handoff they log in and run a statement first
+		s.logins.end(pgerr.Shutdown()) // after a Handoff they log in and run a statement first
 	}
 	s.endConsoles()
 	finished := make(chan struct{})
@@ -654,7 +607,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, ss := range list {
 			ss.Kill(pgerr.Shutdown())
 		}
-		s.endLogins()
+		s.logins.end(pgerr.Shutdown())
 		<-finished
 	}
 	s.cancel()

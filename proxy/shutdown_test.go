@@ -196,10 +196,7 @@ func TestShutdownEndsLoginsInProgress(t *testing.T) {
 	}
 	// Its login runs once a loop accepted it (no signal of that: poll).
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		srv.mu.Lock()
-		n := len(srv.loggingIn)
-		srv.mu.Unlock()
-		if n == 1 {
+		if srv.logins.running() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -125,9 +125,9 @@ func (s *Server) serveLogin(co *evloop.Co, sock *evloop.Conn, at time.Time) {
 	if err := sock.Bind(co); err != nil {
 		s.log.Debug("client socket not taken by the event loop", "client", sock.RemoteAddr().String(), "err", err)
 	} else {
-		s.startLogin(co)
+		s.logins.add(co)
 		ss, kept = s.loginConn(&loginCtx{co: co, sock: sock, loop: co.Loop()}, at)
-		s.endLogin(co)
+		s.logins.remove(co)
 	}
 	s.gate.done()
 	if ss == nil {
